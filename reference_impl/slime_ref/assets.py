@@ -310,6 +310,9 @@ def make_tiny(
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the caller shows its own progress
     with atomic_directory(out) as tmp:
         model_dir = tmp / "model"
         data_dir = tmp / "data"
