@@ -70,6 +70,20 @@ def make_tiny_cmd(out: Path, seed: int, force: bool) -> None:
     )
 
 
+@cli.command("plot")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="PNG to write (default: RUN_DIR/curves.png).")
+def plot_cmd(run_dir: Path, out: Path | None) -> None:
+    """Draw a run's reward, KL, response-length and phase-time curves to a PNG.
+
+    RUN_DIR is the --output-dir of a slime-ref run (it holds metrics.jsonl).
+    """
+    from slime_ref.plot import plot_run
+
+    click.echo(f"wrote {plot_run(run_dir, out)}")
+
+
 def main() -> None:
     run_cli(cli, "slime-ref")
 
