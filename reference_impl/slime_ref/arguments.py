@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from slime_ref.algo.advantages import ADVANTAGE_ESTIMATORS
 from slime_ref.algo.kl import KL_ESTIMATORS

@@ -50,8 +50,8 @@ class Sample:
     session_id: str | None = None  # routing key for the router's consistent hashing
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (status as its string value)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        """A JSON-ready dict (status as its string value), including attributes a custom function added."""
+        data = dict(vars(self))
         data["status"] = self.status.value
         return data
 

@@ -18,7 +18,7 @@ sample i). Nothing here touches a model.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist

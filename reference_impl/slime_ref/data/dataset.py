@@ -18,7 +18,8 @@ import logging
 import os
 import random
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from slime_ref.errors import UserError
 from slime_ref.types import Sample

@@ -10,8 +10,8 @@ groups are kept. Dropped groups are counted per reason as ``rollout/dynamic_filt
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slime_ref.errors import UserError
 
