@@ -243,3 +243,16 @@ def test_long_prompts_are_dropped_by_token_count(tiny, tmp_path):
     args = _args(path, "--apply-chat-template", "--rollout-max-prompt-len", str(lengths[0] - 1))
     with pytest.raises(UserError, match="no prompts left"):
         RolloutDataSource(args, tokenizer=tokenizer)
+
+
+def test_chat_template_kwargs_and_tools_reach_the_template(tiny, tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny.model_dir)
+    tokenizer.chat_template = "{% if tools %}[{{ tools | length }} tools]{% endif %}{{ style }}:{{ messages[0].content }}"
+    tool = {"type": "function", "function": {"name": "calc", "parameters": {"type": "object", "properties": {}}}}
+    path = _write_jsonl(tmp_path / "tools.jsonl", [{"question": "3+5=", "answer": "8", "tools": [tool]}])
+    args = _args(path, "--apply-chat-template", "--apply-chat-template-kwargs", '{"style": "terse"}')
+    sample = RolloutDataSource(args, tokenizer=tokenizer).get_samples(1)[0][0]
+    assert sample.prompt == "[1 tools]terse:3+5="
+    assert sample.metadata["tools"] == [tool]

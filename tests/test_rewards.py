@@ -76,6 +76,7 @@ MATH_CASES = [
     ("\\boxed{8.0}", "8", 1),
     ("\\boxed{-8}", "8", 0),
     ("\\boxed{10^{3}}", "1000", 1),
+    ("8<|im_end|>", "8", 1),  # an end-of-turn token left in the text
     ("\\boxed{__import__('os').getcwd()}", "0", 0),  # never evaluated as code
 ]
 

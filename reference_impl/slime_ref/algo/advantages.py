@@ -18,6 +18,7 @@ sample i). Nothing here touches a model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -62,11 +63,11 @@ def group_normalize(
     _, group_of = torch.unique(group_ids, return_inverse=True)
     num_groups = int(group_of.max()) + 1 if group_of.numel() else 0
     counts = torch.bincount(group_of, minlength=num_groups).float()
-    sums = torch.zeros(num_groups).index_add_(0, group_of, rewards)
+    sums = rewards.new_zeros(num_groups).index_add_(0, group_of, rewards)
     centred = rewards - (sums / counts)[group_of]
     if not divide_std:
         return centred
-    square_sums = torch.zeros(num_groups).index_add_(0, group_of, centred.pow(2))
+    square_sums = rewards.new_zeros(num_groups).index_add_(0, group_of, centred.pow(2))
     std = torch.sqrt(square_sums / (counts - 1).clamp(min=1))
     return centred / (std[group_of] + eps)
 
@@ -143,16 +144,17 @@ def gae_advantages_and_returns(
     """
     lengths = [len(r) for r in token_rewards]
     width = max(lengths, default=0)
-    padded_rewards = torch.zeros(len(lengths), width)
-    padded_values = torch.zeros(len(lengths), width)
+    device = token_rewards[0].device if token_rewards else None
+    padded_rewards = torch.zeros(len(lengths), width, device=device)
+    padded_values = torch.zeros(len(lengths), width, device=device)
     for i, (r, v) in enumerate(zip(token_rewards, values)):
         padded_rewards[i, : lengths[i]] = r.float()
         padded_values[i, : lengths[i]] = v.detach().float()
 
     advantages = torch.zeros_like(padded_rewards)
-    running = torch.zeros(len(lengths))
+    running = torch.zeros(len(lengths), device=device)
     for t in reversed(range(width)):
-        next_value = padded_values[:, t + 1] if t + 1 < width else torch.zeros(len(lengths))
+        next_value = padded_values[:, t + 1] if t + 1 < width else torch.zeros_like(running)
         delta = padded_rewards[:, t] + gamma * next_value - padded_values[:, t]
         running = delta + gamma * lambd * running
         advantages[:, t] = running
@@ -217,8 +219,9 @@ def masked_whiten(
 ) -> torch.Tensor:
     """Whiten ``values`` with the mean and unbiased variance of its masked entries across ranks.
 
-    The sums (x, x**2, count) are all-reduced over ``process_group`` (pass the data-parallel group;
-    None means these tensors are the whole batch). Every rank then uses the same global statistics.
+    The sums (x, x**2, count) are all-reduced over ``process_group`` (pass the data-parallel group,
+    including context-parallel ranks if any; None means these tensors are the whole batch). Every
+    rank then uses the same global statistics.
 
     Args:
         values: [T] advantages of this rank's samples, concatenated.
@@ -240,7 +243,7 @@ def masked_whiten(
     var = total_sq / count - mean * mean
     if count >= 2:
         var *= count / (count - 1)  # Bessel's correction
-    whitened = (v - mean) * torch.rsqrt(torch.tensor(var + eps, dtype=torch.float64))
+    whitened = (v - mean) / math.sqrt(var + eps)
     if not shift_mean:
         whitened = whitened + mean
     return whitened.float()

@@ -29,8 +29,9 @@ How a Megatron actor uses this (one micro-batch; all lists hold [R_i] tensors of
 
 ``loss`` is already divided by the step's global count, so the gradients of all micro-batches and
 DP ranks must be SUMMED. Megatron's schedule averages over micro-batches (divides by
-``num_microbatches``) and DP averages gradients (divides by ``dp_size``); multiply the loss by
-``num_microbatches * dp_size`` before returning it to Megatron, as slime's ``loss_function`` does.
+``num_microbatches``) and DP averages gradients (divides by the DP size, context-parallel ranks
+included); multiply the loss by ``num_microbatches * dp_size`` before returning it to Megatron, as
+slime's ``loss_function`` does, and leave Megatron's own per-token loss normalisation off.
 Metrics are detached partials too: sum them over micro-batches and DP ranks. A micro-batch with no
 samples gives a zero loss without grad; add ``0 * logits.sum()`` so its backward still runs.
 
@@ -229,6 +230,9 @@ def policy_loss_function(
     rollout_log_probs: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """slime's ``policy_loss_function``: PPO/GSPO/CISPO surrogate + entropy bonus + KL loss, with TIS.
+
+    ``--eps-clip-c`` (dual clip) is applied here; slime v0.3.1 declares the flag but does not pass it
+    to its loss (fixed after the release), so there it has no effect.
 
     Args:
         args: reads advantage_estimator, eps_clip, eps_clip_high, eps_clip_c, entropy_coef,

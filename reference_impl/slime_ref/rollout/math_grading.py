@@ -56,7 +56,7 @@ def unboxed_answer(response: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 _DELETE = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "~", "^{\\circ}", "^\\circ", "\\circ", "°",
-           "\\%", "%", "\\$", "$", "{,}", "\\displaystyle")
+           "\\%", "%", "\\$", "$", "{,}", "\\displaystyle", "<|im_end|>", "<|endoftext|>")
 _UNIT_WORDS = ("degrees", "degree", "units", "unit", "cm", "meters", "meter", "inches", "feet", "hours", "minutes",
                "seconds", "dollars", "cents")
 

@@ -193,6 +193,8 @@ async def remote_rm(
     fails at once.
     """
     url = args.rm_url
+    if not url:
+        raise UserError("--rm-type remote_rm needs --rm-url (the reward service, e.g. http://127.0.0.1:8000/score)")
     payload = {"prompt": sample.prompt, "response": sample.response, "label": sample.label}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         for attempt in range(1, max_retries + 1):
