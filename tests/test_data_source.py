@@ -249,7 +249,9 @@ def test_chat_template_kwargs_and_tools_reach_the_template(tiny, tmp_path):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny.model_dir)
-    tokenizer.chat_template = "{% if tools %}[{{ tools | length }} tools]{% endif %}{{ style }}:{{ messages[0].content }}"
+    tokenizer.chat_template = (
+        "{% if tools %}[{{ tools | length }} tools]{% endif %}{{ style }}:{{ messages[0].content }}"
+    )
     tool = {"type": "function", "function": {"name": "calc", "parameters": {"type": "object", "properties": {}}}}
     path = _write_jsonl(tmp_path / "tools.jsonl", [{"question": "3+5=", "answer": "8", "tools": [tool]}])
     args = _args(path, "--apply-chat-template", "--apply-chat-template-kwargs", '{"style": "terse"}')
