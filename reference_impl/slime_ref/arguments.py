@@ -28,8 +28,7 @@ import json
 import os
 from collections.abc import Sequence
 
-from slime_ref.algo.advantages import ADVANTAGE_ESTIMATORS
-from slime_ref.algo.kl import KL_ESTIMATORS
+from slime_ref.algo.choices import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS
 from slime_ref.errors import UserError
 from slime_ref.utils.hooks import check_hook_path
 

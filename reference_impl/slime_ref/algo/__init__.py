@@ -5,35 +5,5 @@
   advantages/returns for grpo, gspo, cispo, reinforce_plus_plus(_baseline), ppo (trainer side).
 - :mod:`slime_ref.algo.losses`: PPO-clip (clip-higher, dual clip), GSPO, CISPO, TIS, entropy bonus,
   KL loss, value and SFT losses, reduced so that micro-batch results add up to the step's value.
+- :mod:`slime_ref.algo.choices`: the estimator names the flags accept (no torch import).
 """
-
-from slime_ref.algo.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    compute_advantages_and_returns,
-    group_normalize,
-    masked_whiten,
-    post_process_rewards,
-)
-from slime_ref.algo.kl import KL_ESTIMATORS, compute_approx_kl
-from slime_ref.algo.losses import (
-    StepMean,
-    count_loss_tokens,
-    policy_loss_function,
-    sft_loss_function,
-    value_loss_function,
-)
-
-__all__ = [
-    "ADVANTAGE_ESTIMATORS",
-    "KL_ESTIMATORS",
-    "StepMean",
-    "compute_advantages_and_returns",
-    "compute_approx_kl",
-    "count_loss_tokens",
-    "group_normalize",
-    "masked_whiten",
-    "policy_loss_function",
-    "post_process_rewards",
-    "sft_loss_function",
-    "value_loss_function",
-]

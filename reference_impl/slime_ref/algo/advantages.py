@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from slime_ref.algo.choices import ADVANTAGE_ESTIMATORS
 from slime_ref.algo.kl import compute_approx_kl
 from slime_ref.errors import UserError
 from slime_ref.utils.hooks import load_function
@@ -32,7 +33,6 @@ from slime_ref.utils.hooks import load_function
 GROUP_BASELINE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 # ... and of those, the ones that also divide by the group std (GRPO, arXiv 2402.03300, eq. in sec. 4.1.2).
 GROUP_STD_ESTIMATORS = ("grpo", "gspo", "cispo")
-ADVANTAGE_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
 GROUP_STD_EPS = 1e-6
 
 

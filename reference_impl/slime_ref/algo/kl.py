@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-KL_ESTIMATORS = ("k1", "k2", "k3", "low_var_kl")
+from slime_ref.algo.choices import KL_ESTIMATORS
 
 
 def compute_approx_kl(
