@@ -128,3 +128,12 @@ def test_help_lists_the_flags(capsys):
         build_parser().parse_args(["--help"])
     assert e.value.code == 0
     assert "--disable-grpo-std-normalization" in capsys.readouterr().out
+
+
+def test_parsing_flags_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = f"import sys; from slime_ref.arguments import parse_args; parse_args({MINIMAL!r}); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
