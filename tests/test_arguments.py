@@ -134,6 +134,6 @@ def test_parsing_flags_does_not_import_torch():
     import subprocess
     import sys
 
-    code = f"import sys; from slime_ref.arguments import parse_args; parse_args({MINIMAL!r}); print('torch' in sys.modules)"
+    code = f"import sys; import slime_ref.arguments as a; a.parse_args({MINIMAL!r}); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
