@@ -1,0 +1,376 @@
+"""slime-ref's command-line flags: slime v0.3.1's names and defaults, and the rules between them.
+
+Flags are declared in groups, one ``add_<group>_arguments(parser)`` function each, so other parts of
+slime-ref (Megatron, cluster placement, eval, logging, weight sync) add their own groups the same way
+and :func:`build_parser` wires them in. Attribute names are slime's flag names with underscores.
+
+:func:`validate_args` enforces the constraints slime enforces (plus a few slime leaves to a later
+crash) when the flags are parsed, before any GPU time is spent. Every violation is a
+:class:`~slime_ref.errors.UserError`: one line naming the flags and the fix; the CLIs exit with 2.
+
+Where slime-ref differs from slime v0.3.1, on purpose:
+
+- A reference model is needed for ``--use-kl-loss`` or ``--kl-coef != 0``. slime requires
+  ``--ref-load``; slime-ref takes ``--ref-load`` (a Megatron checkpoint or an HF directory) or,
+  without it, the initial weights of ``--hf-checkpoint`` (``args.ref_load`` is set to that path).
+- The batch identity ``rollout_batch_size * n_samples_per_prompt == global_batch_size *
+  num_steps_per_rollout`` must hold exactly (slime floors the division and silently drops the rest).
+  One of ``--global-batch-size`` / ``--num-steps-per-rollout`` is required; the other is derived.
+- ``--rollout-temperature`` must be > 0 (slime checks this only after v0.3.1).
+- Hook paths are checked for shape (dotted ``module.function``, not a ``.py`` file) and for an
+  importable top-level package; the module itself is imported when the hook is first used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+
+from slime_ref.algo.choices import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS
+from slime_ref.errors import UserError
+from slime_ref.utils.hooks import check_hook_path
+
+# Hook flags (dotted import paths) checked at parse time when a parser declares them.
+HOOK_ATTRS = (
+    "custom_rm_path",
+    "dynamic_sampling_filter_path",
+    "buffer_filter_path",
+    "data_source_path",
+    "custom_reward_post_process_path",
+    "custom_loss_function_path",
+    # declared by other groups; checked here too when present
+    "rollout_function_path",
+    "custom_generate_function_path",
+    "eval_function_path",
+    "rollout_sample_hook_path",
+    "rollout_sample_filter_path",
+    "rollout_all_samples_process_path",
+    "rollout_data_postprocess_path",
+    "custom_convert_samples_to_train_data_path",
+    "custom_rollout_log_function_path",
+    "custom_eval_rollout_log_function_path",
+    "custom_advantage_function_path",
+    "custom_tis_function_path",
+    "custom_pg_loss_reducer_function_path",
+    "custom_megatron_init_path",
+    "custom_megatron_before_log_prob_hook_path",
+    "custom_megatron_before_train_step_hook_path",
+    "custom_model_provider_path",
+)
+
+# Rule-based rewards of slime's rm_hub that slime-ref implements (each also with the boxed_ prefix).
+RM_TYPES = ("math", "dapo", "deepscaler", "f1", "remote_rm", "random")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as a one-line UserError instead of printing usage and exiting."""
+
+    def error(self, message: str):
+        raise UserError(f"{message} (run with --help for the flag list)")
+
+
+def _json_object(text: str) -> dict:
+    example = """pass an object like '{"enable_thinking": false}'"""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({e.msg}); {example}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object; {example}")
+    return value
+
+
+def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    group = parser.add_argument_group("checkpoints")
+    group.add_argument("--hf-checkpoint", type=str, default=None,
+                       help="HF model directory: the engines' model and the tokenizer.")
+    group.add_argument("--ref-load", type=str, default=None,
+                       help="Reference model for the KL terms (Megatron checkpoint or HF directory). "
+                       "Default: the initial --hf-checkpoint weights.")
+    group.add_argument("--load", type=str, default=None, help="Checkpoint directory to resume from.")
+    group.add_argument("--save", type=str, default=None, help="Checkpoint directory to write.")
+    group.add_argument("--save-interval", type=int, default=None, help="Save every N rollouts (needs --save).")
+    return parser
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    group = parser.add_argument_group("prompt data")
+    group.add_argument("--prompt-data", type=str, default=None,
+                       help="Prompt file, .jsonl or .parquet (optionally path@[start:end] for a row slice).")
+    group.add_argument("--input-key", type=str, default="input", help="Row key of the prompt.")
+    group.add_argument("--label-key", type=str, default=None, help="Row key of the label (reference answer).")
+    group.add_argument("--metadata-key", type=str, default="metadata", help="Row key of per-prompt metadata.")
+    group.add_argument("--tool-key", type=str, default="tools",
+                       help="Row key of tool schemas passed to the chat template.")
+    group.add_argument("--apply-chat-template", action="store_true", default=False,
+                       help="Render prompts (OpenAI-style message lists) with the tokenizer's chat template.")
+    group.add_argument("--apply-chat-template-kwargs", type=_json_object, default="{}",
+                       help="JSON object of extra chat-template arguments, e.g. '{\"enable_thinking\": false}'.")
+    group.add_argument("--rollout-shuffle", action="store_true", default=False,
+                       help="Shuffle prompts each epoch.")
+    group.add_argument("--rollout-seed", type=int, default=42, help="Seed of the prompt shuffle.")
+    group.add_argument("--num-rollout", type=int, default=None, help="Number of rollouts (wins over --num-epoch).")
+    group.add_argument("--num-epoch", type=int, default=None,
+                       help="Epochs over the prompts: num_rollout = num_epoch * (prompts // rollout_batch_size).")
+    group.add_argument("--disable-rollout-global-dataset", action="store_false", dest="rollout_global_dataset",
+                       help="Do not read --prompt-data; a custom rollout function supplies prompts.")
+    group.add_argument("--data-source-path", type=str, default="slime_ref.data.source.RolloutDataSourceWithBuffer",
+                       help="Data source class (dotted path).")
+    return parser
+
+
+def add_batch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    group = parser.add_argument_group("batch sizes")
+    group.add_argument("--rollout-batch-size", type=int, required=True, help="Prompts per rollout.")
+    group.add_argument("--n-samples-per-prompt", type=int, default=1, help="Responses per prompt (the group size).")
+    group.add_argument("--global-batch-size", type=int, default=None,
+                       help="Samples (not prompts) per optimizer step.")
+    group.add_argument("--num-steps-per-rollout", type=int, default=None,
+                       help="Optimizer steps per rollout; sets global batch = rollout batch * n samples / steps.")
+    group.add_argument("--micro-batch-size", type=int, default=1,
+                       help="Samples per micro-batch (ignored with --use-dynamic-batch-size).")
+    group.add_argument("--use-dynamic-batch-size", action="store_true", default=False,
+                       help="Pack micro-batches up to --max-tokens-per-gpu tokens.")
+    group.add_argument("--max-tokens-per-gpu", type=int, default=None, help="Token budget of a packed micro-batch.")
+    group.add_argument("--log-probs-max-tokens-per-gpu", type=int, default=None,
+                       help="Token budget when only computing log-probs (default: --max-tokens-per-gpu).")
+    return parser
+
+
+def add_rollout_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    group = parser.add_argument_group("rollout sampling")
+    group.add_argument("--rollout-max-response-len", type=int, default=None,
+                       help="Most new tokens per response (SGLang max_new_tokens).")
+    group.add_argument("--rollout-max-prompt-len", type=int, default=None,
+                       help="Drop prompts longer than this many tokens when the data is loaded.")
+    group.add_argument("--rollout-max-context-len", type=int, default=None,
+                       help="Most prompt + response tokens; prompts default to at most this - 1.")
+    group.add_argument("--rollout-temperature", type=float, default=1.0, help="Sampling temperature (> 0).")
+    group.add_argument("--rollout-top-p", type=float, default=1.0, help="Nucleus sampling p.")
+    group.add_argument("--rollout-top-k", type=int, default=-1, help="Top-k sampling (-1: off).")
+    group.add_argument("--rollout-stop", type=str, nargs="+", default=None, help="Stop strings.")
+    group.add_argument("--rollout-stop-token-ids", type=int, nargs="+", default=None, help="Stop token ids.")
+    return parser
+
+
+def add_dynamic_sampling_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    group = parser.add_argument_group("dynamic sampling and partial rollout")
+    group.add_argument("--over-sampling-batch-size", type=int, default=None,
+                       help="Prompts requested per sampling round (default and minimum: --rollout-batch-size).")
+    group.add_argument("--dynamic-sampling-filter-path", type=str, default=None,
+                       help="Group filter f(args, samples) -> DynamicFilterOutput, e.g. "
+                       "slime_ref.rollout.filters.check_reward_nonzero_std.")
+    group.add_argument("--partial-rollout", action="store_true", default=False,
+                       help="Put aborted, half-generated groups back into the buffer to continue later.")
+    group.add_argument("--mask-offpolicy-in-partial-rollout", action="store_true", default=False,
+                       help="Train only on tokens generated after a partial group is resumed.")
+    group.add_argument("--buffer-filter-path", type=str, default=None,
+                       help="f(args, rollout_id, buffer, num_samples) -> groups taken from the buffer "
+                       "(default: pop the first ones).")
+    return parser
+
+
+def add_algo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    group = parser.add_argument_group("algorithm")
+    group.add_argument("--advantage-estimator", type=str, choices=ADVANTAGE_ESTIMATORS, default="grpo")
+    group.add_argument("--loss-type", type=str, choices=["policy_loss", "sft_loss", "custom_loss"],
+                       default="policy_loss")
+    group.add_argument("--custom-loss-function-path", type=str, default=None,
+                       help="Loss for --loss-type custom_loss (dotted path).")
+    group.add_argument("--eps-clip", type=float, default=0.2, help="PPO clip range (lower side).")
+    group.add_argument("--eps-clip-high", type=float, default=None,
+                       help="PPO clip range, upper side (DAPO clip-higher; default --eps-clip).")
+    group.add_argument("--eps-clip-c", type=float, default=None, help="Dual-clip PPO bound (> 1).")
+    group.add_argument("--value-clip", type=float, default=0.2, help="Critic value clip range.")
+    group.add_argument("--kl-coef", type=float, default=0.0, help="KL penalty folded into the reward.")
+    group.add_argument("--use-kl-loss", action="store_true", default=False, help="Add a KL-to-reference loss term.")
+    group.add_argument("--kl-loss-coef", type=float, default=0.0, help="Weight of the KL loss term.")
+    group.add_argument("--kl-loss-type", type=str, choices=KL_ESTIMATORS, default="k1",
+                       help="KL estimator, for the loss term and the reward penalty.")
+    group.add_argument("--use-unbiased-kl", action="store_true", default=False,
+                       help="Weight the KL loss by the importance ratio pi_theta / pi_old.")
+    group.add_argument("--entropy-coef", type=float, default=0.0, help="Entropy bonus weight.")
+    group.add_argument("--gamma", type=float, default=1.0, help="Discount (PPO GAE, REINFORCE++).")
+    group.add_argument("--lambd", type=float, default=1.0, help="GAE lambda.")
+    group.add_argument("--normalize-advantages", action="store_true", default=False,
+                       help="Whiten advantages over the data-parallel batch.")
+    group.add_argument("--disable-grpo-std-normalization", action="store_false", dest="grpo_std_normalization",
+                       help="Do not divide by the group std (Dr.GRPO, arXiv 2503.20783).")
+    group.add_argument("--disable-rewards-normalization", action="store_false", dest="rewards_normalization",
+                       help="Do not subtract the group mean either.")
+    group.add_argument("--calculate-per-token-loss", action="store_true", default=False,
+                       help="Average the loss over all tokens of the step instead of per sample.")
+    group.add_argument("--use-rollout-logprobs", action="store_true", default=False,
+                       help="Use the engine's log-probs as the old policy instead of recomputing them.")
+    group.add_argument("--use-tis", action="store_true", default=False,
+                       help="Truncated importance sampling between trainer and engine log-probs.")
+    group.add_argument("--tis-clip", type=float, default=2.0, help="Upper clip of the TIS weight.")
+    group.add_argument("--tis-clip-low", type=float, default=0.0, help="Lower clip of the TIS weight.")
+    return parser
+
+
+def add_reward_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    group = parser.add_argument_group("rewards")
+    group.add_argument("--rm-type", type=str, default=None,
+                       help=f"Built-in reward: {', '.join(RM_TYPES)}; a boxed_ prefix grades the last \\boxed{{}}.")
+    group.add_argument("--reward-key", type=str, default=None, help="Key of the scalar in a dict reward.")
+    group.add_argument("--eval-reward-key", type=str, default=None, help="--reward-key for eval (default: same).")
+    group.add_argument("--group-rm", action="store_true", default=False,
+                       help="Score a whole group at once: the reward function gets the list of samples.")
+    group.add_argument("--rm-url", type=str, default=None, help="Reward service URL for --rm-type remote_rm.")
+    group.add_argument("--custom-rm-path", type=str, default=None,
+                       help="async def f(args, sample, **kwargs) -> float (a list of samples with --group-rm).")
+    group.add_argument("--custom-reward-post-process-path", type=str, default=None,
+                       help="f(args, samples) -> (raw_rewards, rewards), replacing group normalisation.")
+    return parser
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="slime-ref", allow_abbrev=False,
+                            description="slime-ref flags (slime v0.3.1 names and defaults).")
+    for add in (
+        add_checkpoint_arguments,
+        add_data_arguments,
+        add_batch_arguments,
+        add_rollout_arguments,
+        add_dynamic_sampling_arguments,
+        add_algo_arguments,
+        add_reward_arguments,
+    ):
+        add(parser)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse ``argv`` (default: sys.argv[1:]) and validate; raises UserError on any problem."""
+    return validate_args(build_parser().parse_args(argv))
+
+
+def _flag(attr: str) -> str:
+    return "--" + attr.replace("_", "-")
+
+
+def validate_args(args: argparse.Namespace) -> argparse.Namespace:
+    """Check the rules between flags and fill derived defaults, in place; returns ``args``."""
+    for attr in ("rollout_batch_size", "n_samples_per_prompt", "micro_batch_size", "global_batch_size",
+                 "num_steps_per_rollout", "over_sampling_batch_size", "num_rollout", "num_epoch",
+                 "max_tokens_per_gpu", "log_probs_max_tokens_per_gpu", "rollout_max_response_len",
+                 "rollout_max_prompt_len", "rollout_max_context_len", "save_interval"):
+        value = getattr(args, attr, None)
+        if value is not None and value < 1:
+            raise UserError(f"{_flag(attr)} must be a positive integer, got {value}")
+
+    # --- how long to train
+    if args.num_rollout is None and args.num_epoch is None:
+        raise UserError("set --num-rollout (number of rollouts) or --num-epoch (passes over --prompt-data)")
+    if args.num_rollout is None and not args.rollout_global_dataset:
+        raise UserError("--num-epoch counts passes over --prompt-data; with --disable-rollout-global-dataset "
+                        "set --num-rollout instead")
+    if args.rollout_global_dataset and args.prompt_data is not None:
+        path = args.prompt_data.split("@[")[0]
+        if not os.path.isfile(path):
+            raise UserError(f"--prompt-data {args.prompt_data}: no such file; give a .jsonl or .parquet prompt file")
+
+    # --- batch identity: every rollout is used up by whole optimizer steps
+    samples_per_rollout = args.rollout_batch_size * args.n_samples_per_prompt
+    identity = (f"--rollout-batch-size {args.rollout_batch_size} x --n-samples-per-prompt "
+                f"{args.n_samples_per_prompt} = {samples_per_rollout} samples per rollout")
+    if args.num_steps_per_rollout is not None:
+        if samples_per_rollout % args.num_steps_per_rollout:
+            raise UserError(f"{identity} do not split into --num-steps-per-rollout {args.num_steps_per_rollout} "
+                            "equal steps; choose a divisor")
+        derived = samples_per_rollout // args.num_steps_per_rollout
+        if args.global_batch_size is not None and args.global_batch_size != derived:
+            raise UserError(f"--global-batch-size {args.global_batch_size} x --num-steps-per-rollout "
+                            f"{args.num_steps_per_rollout} != {identity}; set only one of the two")
+        args.global_batch_size = derived
+    elif args.global_batch_size is not None:
+        if samples_per_rollout % args.global_batch_size:
+            raise UserError(f"{identity}, not a multiple of --global-batch-size {args.global_batch_size}; "
+                            "the global batch counts samples, not prompts")
+        args.num_steps_per_rollout = samples_per_rollout // args.global_batch_size
+    else:
+        raise UserError(f"set --global-batch-size (samples per optimizer step) or --num-steps-per-rollout; "
+                        f"{identity}")
+
+    if args.over_sampling_batch_size is None:
+        args.over_sampling_batch_size = args.rollout_batch_size
+    if args.over_sampling_batch_size < args.rollout_batch_size:
+        raise UserError(f"--over-sampling-batch-size {args.over_sampling_batch_size} must be >= "
+                        f"--rollout-batch-size {args.rollout_batch_size}")
+    if args.use_dynamic_batch_size and args.max_tokens_per_gpu is None:
+        raise UserError("--use-dynamic-batch-size needs --max-tokens-per-gpu (the token budget per micro-batch)")
+    if args.log_probs_max_tokens_per_gpu is None:
+        args.log_probs_max_tokens_per_gpu = args.max_tokens_per_gpu
+
+    # --- sampling
+    if not args.rollout_temperature > 0:
+        raise UserError(f"--rollout-temperature must be > 0, got {args.rollout_temperature} "
+                        "(RL needs sampled responses; use a small value like 0.01 for near-greedy)")
+    if not 0 < args.rollout_top_p <= 1:
+        raise UserError(f"--rollout-top-p must be in (0, 1], got {args.rollout_top_p}")
+    if args.rollout_top_k == 0 or args.rollout_top_k < -1:
+        raise UserError(f"--rollout-top-k must be -1 (off) or >= 1, got {args.rollout_top_k}")
+    if args.rollout_max_context_len is not None:
+        if args.rollout_max_prompt_len is None:
+            args.rollout_max_prompt_len = args.rollout_max_context_len - 1
+        if args.rollout_max_prompt_len > args.rollout_max_context_len - 1:
+            raise UserError(f"--rollout-max-prompt-len {args.rollout_max_prompt_len} must be < "
+                            f"--rollout-max-context-len {args.rollout_max_context_len}, leaving room for a response")
+
+    # --- rewards and group normalisation
+    if args.n_samples_per_prompt == 1:
+        args.grpo_std_normalization = False  # the std of a one-sample group is undefined
+    if args.rm_type is not None:
+        base = args.rm_type.strip().removeprefix("boxed_")
+        if base not in RM_TYPES:
+            raise UserError(f"--rm-type {args.rm_type}: not a built-in reward; choose one of {', '.join(RM_TYPES)} "
+                            "(optionally with a boxed_ prefix) or write one and pass --custom-rm-path")
+        if base == "remote_rm" and not args.rm_url:
+            raise UserError("--rm-type remote_rm needs --rm-url (the reward service, e.g. http://127.0.0.1:8000/score)")
+    if args.eval_reward_key is None:
+        args.eval_reward_key = args.reward_key
+
+    # --- KL terms and the reference model
+    if args.kl_coef != 0 and args.kl_loss_coef != 0:
+        raise UserError("set only one of --kl-coef (KL in the reward) and --kl-loss-coef (KL as a loss term)")
+    if args.use_kl_loss or args.kl_coef != 0:
+        source = "--ref-load" if args.ref_load else "--hf-checkpoint"
+        if not args.ref_load:
+            args.ref_load = args.hf_checkpoint
+        why = "--use-kl-loss" if args.use_kl_loss else f"--kl-coef {args.kl_coef}"
+        if not args.ref_load:
+            raise UserError(f"{why} needs a reference model: pass --ref-load (or --hf-checkpoint, whose "
+                            "initial weights are then the reference)")
+        if not os.path.exists(args.ref_load):
+            raise UserError(f"{source} {args.ref_load}: no such directory (needed as the reference model for {why})")
+
+    # --- estimator and loss rules
+    if args.advantage_estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and \
+            not args.normalize_advantages:
+        raise UserError(f"--advantage-estimator {args.advantage_estimator} needs --normalize-advantages")
+    if args.use_tis and args.use_rollout_logprobs:
+        raise UserError("--use-tis corrects trainer log-probs towards the engine's; it cannot be combined with "
+                        "--use-rollout-logprobs (which trains on the engine's log-probs directly)")
+    if args.tis_clip_low > args.tis_clip:
+        raise UserError(f"--tis-clip-low {args.tis_clip_low} must be <= --tis-clip {args.tis_clip}")
+    if args.eps_clip < 0:
+        raise UserError(f"--eps-clip must be >= 0, got {args.eps_clip}")
+    if args.eps_clip_high is None:
+        args.eps_clip_high = args.eps_clip
+    if args.eps_clip_c is not None and args.eps_clip_c <= 1.0:
+        raise UserError(f"--eps-clip-c {args.eps_clip_c} must be > 1.0 (dual-clip bound on the ratio)")
+    if args.loss_type == "custom_loss" and not args.custom_loss_function_path:
+        raise UserError("--loss-type custom_loss needs --custom-loss-function-path")
+
+    # --- checkpoints and hooks
+    if args.save_interval is not None and not args.save:
+        raise UserError("--save-interval needs --save (the directory to write checkpoints to)")
+    for attr in HOOK_ATTRS:
+        paths = getattr(args, attr, None)
+        for path in paths if isinstance(paths, list) else [paths]:
+            if path:
+                check_hook_path(path, _flag(attr))
+    return args

@@ -1,0 +1,217 @@
+"""The data source the rollout draws prompt groups from (slime's ``slime/rollout/data_source.py``).
+
+``get_samples(n)`` returns ``n`` groups (``list[list[Sample]]``), each ``--n-samples-per-prompt``
+copies of one prompt with a shared ``group_index`` and distinct ``index``. Prompts are served in
+epochs: file order, or a fresh seeded shuffle per epoch with ``--rollout-shuffle``.
+
+:class:`RolloutDataSourceWithBuffer` (the default ``--data-source-path``) also keeps a buffer of groups
+the rollout hands back (``--partial-rollout``: groups aborted half-way, to be continued); the buffer
+is drained first, through ``--buffer-filter-path`` (default :func:`pop_first`).
+
+``save(rollout_id)`` writes the position (offset, epoch, counters and the buffer) atomically to
+``<--save>/rollout/global_dataset_state_dict_<rollout_id>.json``; ``load(rollout_id)`` reads it from
+``--load``, so a resumed run is served exactly the prompts an uninterrupted run would have been.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+
+from slime_ref.data.dataset import PromptDataset
+from slime_ref.errors import UserError
+from slime_ref.types import Sample
+from slime_ref.utils.fileio import atomic_write_json
+from slime_ref.utils.hooks import load_function
+
+logger = logging.getLogger(__name__)
+
+
+def state_path(directory: str, rollout_id: int) -> str:
+    return os.path.join(directory, "rollout", f"global_dataset_state_dict_{rollout_id}.json")
+
+
+def load_tokenizer(args):
+    if not args.hf_checkpoint:
+        raise UserError("--apply-chat-template and --rollout-max-prompt-len need a tokenizer: pass --hf-checkpoint")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(args.hf_checkpoint, trust_remote_code=True)
+
+
+class RolloutDataSource:
+    """Prompt groups from ``--prompt-data``, epoch by epoch. Read-only: :meth:`add_samples` refuses."""
+
+    def __init__(self, args, tokenizer=None):
+        self.args = args
+        self.epoch_id = 0
+        self.sample_offset = 0  # position in the current epoch's order
+        self.sample_group_index = 0
+        self.sample_index = 0
+        self.metadata: dict = {}
+
+        self.dataset: PromptDataset | None = None
+        if args.rollout_global_dataset and args.prompt_data is not None:
+            needs_tokenizer = args.apply_chat_template or args.rollout_max_prompt_len is not None
+            if needs_tokenizer and tokenizer is None:
+                tokenizer = load_tokenizer(args)
+            self.dataset = PromptDataset(
+                args.prompt_data,
+                tokenizer=tokenizer,
+                input_key=args.input_key,
+                label_key=args.label_key,
+                metadata_key=args.metadata_key,
+                tool_key=args.tool_key,
+                apply_chat_template=args.apply_chat_template,
+                apply_chat_template_kwargs=args.apply_chat_template_kwargs,
+                max_prompt_len=args.rollout_max_prompt_len,
+                seed=args.rollout_seed,
+            )
+            if len(self.dataset) == 0:
+                raise UserError(
+                    f"--prompt-data {args.prompt_data}: no prompts left (empty file, or all longer than "
+                    f"--rollout-max-prompt-len {args.rollout_max_prompt_len})"
+                )
+            if args.rollout_shuffle:
+                self.dataset.shuffle(self.epoch_id)
+
+    def __len__(self) -> int:
+        return 0 if self.dataset is None else len(self.dataset)
+
+    def _next_prompts(self, num_prompts: int) -> list[Sample]:
+        if self.dataset is None:  # prompts come from a custom rollout function
+            return [Sample() for _ in range(num_prompts)]
+        prompts: list[Sample] = []
+        while len(prompts) < num_prompts:
+            if self.sample_offset >= len(self.dataset):  # epoch finished: start the next one
+                self.epoch_id += 1
+                self.sample_offset = 0
+                if self.args.rollout_shuffle:
+                    self.dataset.shuffle(self.epoch_id)
+            take = min(num_prompts - len(prompts), len(self.dataset) - self.sample_offset)
+            prompts += self.dataset.samples[self.sample_offset : self.sample_offset + take]
+            self.sample_offset += take
+        return prompts
+
+    def get_samples(self, num_samples: int) -> list[list[Sample]]:
+        """``num_samples`` groups of ``n_samples_per_prompt`` fresh copies of the next prompts."""
+        groups = []
+        for prompt in self._next_prompts(num_samples):
+            group = []
+            for _ in range(self.args.n_samples_per_prompt):
+                sample = copy.deepcopy(prompt)
+                sample.group_index = self.sample_group_index
+                sample.index = self.sample_index
+                self.sample_index += 1
+                group.append(sample)
+            self.sample_group_index += 1
+            groups.append(group)
+        return groups
+
+    def add_samples(self, samples: list[list[Sample]]) -> None:
+        raise RuntimeError(f"{type(self).__name__} is read-only; use RolloutDataSourceWithBuffer to add samples")
+
+    def state_dict(self) -> dict:
+        return {
+            "sample_offset": self.sample_offset,
+            "epoch_id": self.epoch_id,
+            "sample_group_index": self.sample_group_index,
+            "sample_index": self.sample_index,
+            "metadata": self.metadata,
+            "num_prompts": len(self),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("num_prompts", len(self)) != len(self):
+            raise UserError(
+                f"--prompt-data {self.args.prompt_data}: {len(self)} prompts now, but the checkpoint was taken "
+                f"with {state['num_prompts']}; resume with the same prompt file and --rollout-max-prompt-len"
+            )
+        self.sample_offset = state["sample_offset"]
+        self.epoch_id = state["epoch_id"]
+        self.sample_group_index = state["sample_group_index"]
+        self.sample_index = state["sample_index"]
+        self.metadata = state.get("metadata", {})
+        if self.dataset is not None and self.args.rollout_shuffle:
+            self.dataset.shuffle(self.epoch_id)
+
+    def save(self, rollout_id: int) -> None:
+        if not self.args.save:
+            raise ValueError("saving the data source needs --save")
+        atomic_write_json(state_path(self.args.save, rollout_id), self.state_dict())
+
+    def load(self, rollout_id: int | None = None) -> None:
+        """Restore the position saved at ``rollout_id`` under ``--load``; nothing to restore is not an error."""
+        if self.args.load is None or rollout_id is None:
+            return
+        path = state_path(self.args.load, rollout_id)
+        if not os.path.exists(path):
+            logger.info("no data-source state at %s; starting from the first prompt", path)
+            return
+        with open(path, encoding="utf-8") as f:
+            self.load_state_dict(json.load(f))
+
+
+def pop_first(args, rollout_id, buffer: list[list[Sample]], num_samples: int) -> list[list[Sample]]:
+    """Default buffer filter: take up to ``num_samples`` groups from the front of the buffer."""
+    taken = buffer[:num_samples]
+    del buffer[:num_samples]
+    return taken
+
+
+class RolloutDataSourceWithBuffer(RolloutDataSource):
+    """A data source that serves groups handed back by the rollout before new prompts."""
+
+    def __init__(self, args, tokenizer=None):
+        super().__init__(args, tokenizer)
+        self.buffer: list[list[Sample]] = []
+        if args.buffer_filter_path is None:
+            self.buffer_filter = pop_first
+        else:
+            self.buffer_filter = load_function(args.buffer_filter_path, "--buffer-filter-path")
+
+    def get_samples(self, num_samples: int) -> list[list[Sample]]:
+        groups = self.buffer_filter(self.args, None, self.buffer, num_samples) if self.buffer else []
+        if len(groups) < num_samples:
+            groups += super().get_samples(num_samples - len(groups))
+        return groups
+
+    def add_samples(self, samples: list[list[Sample]]) -> None:
+        """Append whole groups (e.g. aborted ones with ``--partial-rollout``) to the buffer."""
+        for group in samples:
+            if not isinstance(group, list) or len(group) != self.args.n_samples_per_prompt:
+                raise ValueError(f"add_samples takes groups of n_samples_per_prompt={self.args.n_samples_per_prompt}")
+            self.buffer.append(group)
+
+    def get_buffer_length(self) -> int:
+        return len(self.buffer)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state["buffer"] = [[sample.to_dict() for sample in group] for group in self.buffer]
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.buffer = [[Sample.from_dict(d) for d in group] for group in state.get("buffer", [])]
+
+
+def make_data_source(args, tokenizer=None):
+    """Instantiate ``--data-source-path`` (default :class:`RolloutDataSourceWithBuffer`)."""
+    source_class = load_function(args.data_source_path, "--data-source-path")
+    return source_class(args) if tokenizer is None else source_class(args, tokenizer)
+
+
+def resolve_num_rollout(args, data_source) -> int:
+    """Fill ``args.num_rollout`` from ``--num-epoch`` when unset: epochs x (prompts // rollout_batch_size)."""
+    if args.num_rollout is None:
+        per_epoch = len(data_source) // args.rollout_batch_size
+        if per_epoch == 0:
+            raise UserError(
+                f"--num-epoch: {len(data_source)} prompts are fewer than --rollout-batch-size "
+                f"{args.rollout_batch_size}; set --num-rollout or use a smaller batch"
+            )
+        args.num_rollout = per_epoch * args.num_epoch
+    return args.num_rollout

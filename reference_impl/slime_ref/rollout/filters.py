@@ -1,0 +1,61 @@
+"""Dynamic sampling filters (slime's ``filter_hub``): keep or drop a finished group of samples.
+
+DAPO (arXiv 2503.14476) drops groups whose rewards are all equal: their group-normalised advantages
+are all zero, so they only dilute the batch. ``--dynamic-sampling-filter-path`` names a function
+``f(args, samples: list[Sample], **kwargs) -> DynamicFilterOutput`` (a plain bool is accepted too);
+the rollout keeps sampling ``--over-sampling-batch-size`` more prompts until ``--rollout-batch-size``
+groups are kept. Dropped groups are counted per reason as ``rollout/dynamic_filter/drop_<reason>``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+from slime_ref.types import Sample
+
+
+@dataclass
+class DynamicFilterOutput:
+    keep: bool
+    reason: str | None = None  # why a group was dropped, for the drop metrics
+    # keep a rejected group anyway when dropping it would leave too few to fill the rollout batch
+    keep_when_insufficient: bool = False
+
+
+def check_reward_nonzero_std(args, samples: list[Sample], **kwargs) -> DynamicFilterOutput:
+    """Keep a group only if its rewards are not all the same (std > 1e-6)."""
+    rewards = [sample.get_reward_value(args) for sample in samples]
+    keep = bool(torch.tensor(rewards, dtype=torch.float64).std() > 1e-6)
+    return DynamicFilterOutput(keep=keep, reason=None if keep else f"zero_std_{round(rewards[0], 1)}")
+
+
+def check_reward_nonzero_std_with_fallback(args, samples: list[Sample], **kwargs) -> DynamicFilterOutput:
+    """As :func:`check_reward_nonzero_std`, but never forces another sampling round."""
+    output = check_reward_nonzero_std(args, samples, **kwargs)
+    output.keep_when_insufficient = True
+    return output
+
+
+def call_dynamic_filter(filter_fn: Callable | None, args, samples: list[Sample], **kwargs) -> DynamicFilterOutput:
+    """Run a filter (None keeps everything); a bool result becomes ``DynamicFilterOutput(keep=...)``."""
+    if filter_fn is None:
+        return DynamicFilterOutput(keep=True)
+    output = filter_fn(args, samples, **kwargs)
+    return output if isinstance(output, DynamicFilterOutput) else DynamicFilterOutput(keep=bool(output))
+
+
+def should_drop(output: DynamicFilterOutput, *, remaining_batch_size: int, target_data_size: int) -> bool:
+    """Drop unless kept, or rejected-but-needed: in flight + kept groups no longer exceed the target."""
+    if output.keep:
+        return False
+    return not (output.keep_when_insufficient and remaining_batch_size <= target_data_size)
+
+
+def drop_metrics(reasons: Iterable[str | None]) -> dict[str, int]:
+    """``{"rollout/dynamic_filter/drop_<reason>": count}`` for the dropped groups' reasons."""
+    counts = Counter(reason for reason in reasons if reason)
+    return {f"rollout/dynamic_filter/drop_{reason}": n for reason, n in counts.items()}

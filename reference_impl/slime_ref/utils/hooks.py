@@ -1,0 +1,56 @@
+"""Loading user hooks given as dotted import paths (``--custom-rm-path my_pkg.rewards.fn``).
+
+slime loads every hook with ``importlib.import_module`` + ``getattr`` (``slime.utils.misc.load_function``);
+so does slime-ref, but a bad path becomes a :class:`~slime_ref.errors.UserError` that names the flag,
+what failed, and the fix, instead of a bare ``ModuleNotFoundError`` deep inside a Ray actor.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+from collections.abc import Callable
+from typing import Any
+
+from slime_ref.errors import UserError
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+FIX = "use a dotted path like my_pkg.rewards.fn, importable on PYTHONPATH"
+
+
+def _split(path: str, flag: str) -> tuple[str, str]:
+    if not isinstance(path, str) or not path.strip():
+        raise UserError(f"{flag}: empty hook path; {FIX}")
+    if path.endswith(".py") or "/" in path or "\\" in path or ":" in path:
+        raise UserError(f"{flag} {path!r}: a file path, not an import path; {FIX}")
+    if not _DOTTED.match(path):
+        raise UserError(f"{flag} {path!r}: not a dotted import path module.function; {FIX}")
+    module_name, _, attr = path.rpartition(".")
+    return module_name, attr
+
+
+def check_hook_path(path: str, flag: str) -> None:
+    """Cheap parse-time check: the path is dotted and its top-level package can be found.
+
+    Does not import the module (hooks may import heavy libraries); :func:`load_function` does that.
+    """
+    module_name, _ = _split(path, flag)
+    top = module_name.split(".")[0]
+    if importlib.util.find_spec(top) is None:
+        raise UserError(f"{flag} {path!r}: no module named {top!r} on the Python path; {FIX}")
+
+
+def load_function(path: str, flag: str) -> Callable[..., Any]:
+    """Import ``module.attr`` and return the attribute; any failure is a UserError naming ``flag``."""
+    module_name, attr = _split(path, flag)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # ImportError, or any error raised while the module runs
+        detail = " ".join(str(e).split())  # one line, even for a multi-line error
+        failure = f"importing {module_name!r} failed ({type(e).__name__}: {detail})"
+        raise UserError(f"{flag} {path!r}: {failure}; {FIX}") from e
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise UserError(f"{flag} {path!r}: module {module_name!r} has no attribute {attr!r}; {FIX}") from None

@@ -1,0 +1,139 @@
+"""Flag names, slime's defaults, and every parse-time rule as a one-line UserError naming the flags."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from slime_ref.arguments import add_algo_arguments, build_parser, parse_args
+from slime_ref.errors import UserError
+
+MINIMAL = [
+    "--rollout-batch-size", "4", "--n-samples-per-prompt", "8", "--global-batch-size", "32", "--num-rollout", "2",
+]
+
+
+def test_slime_defaults():
+    args = parse_args(MINIMAL)
+    expected = {
+        "input_key": "input", "label_key": None, "metadata_key": "metadata", "tool_key": "tools",
+        "apply_chat_template": False, "apply_chat_template_kwargs": {}, "rollout_shuffle": False, "rollout_seed": 42,
+        "rollout_global_dataset": True, "micro_batch_size": 1, "use_dynamic_batch_size": False,
+        "rollout_temperature": 1.0, "rollout_top_p": 1.0, "rollout_top_k": -1, "rollout_stop": None,
+        "rollout_stop_token_ids": None, "advantage_estimator": "grpo", "loss_type": "policy_loss",
+        "eps_clip": 0.2, "eps_clip_high": 0.2, "eps_clip_c": None, "value_clip": 0.2, "kl_coef": 0.0,
+        "use_kl_loss": False, "kl_loss_coef": 0.0, "kl_loss_type": "k1", "use_unbiased_kl": False,
+        "entropy_coef": 0.0, "gamma": 1.0, "lambd": 1.0, "normalize_advantages": False,
+        "grpo_std_normalization": True, "rewards_normalization": True, "calculate_per_token_loss": False,
+        "use_rollout_logprobs": False, "use_tis": False, "tis_clip": 2.0, "tis_clip_low": 0.0,
+        "rm_type": None, "reward_key": None, "group_rm": False, "rm_url": None, "partial_rollout": False,
+        "mask_offpolicy_in_partial_rollout": False, "buffer_filter_path": None,
+        "dynamic_sampling_filter_path": None, "over_sampling_batch_size": 4, "num_steps_per_rollout": 1,
+        "data_source_path": "slime_ref.data.source.RolloutDataSourceWithBuffer",
+    }
+    assert {name: getattr(args, name) for name in expected} == expected
+
+
+def test_global_batch_size_is_derived_from_num_steps_per_rollout():
+    args = parse_args(["--rollout-batch-size", "4", "--n-samples-per-prompt", "8", "--num-steps-per-rollout", "4",
+                       "--num-rollout", "1"])
+    assert (args.global_batch_size, args.num_steps_per_rollout) == (8, 4)
+
+
+def test_derived_defaults():
+    args = parse_args([*MINIMAL, "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096",
+                       "--rollout-max-context-len", "2048", "--eps-clip", "0.1", "--reward-key", "score"])
+    assert args.log_probs_max_tokens_per_gpu == 4096
+    assert args.rollout_max_prompt_len == 2047
+    assert args.eps_clip_high == 0.1
+    assert args.eval_reward_key == "score"
+
+
+def test_reference_model_falls_back_to_the_hf_checkpoint(tmp_path):
+    args = parse_args([*MINIMAL, "--use-kl-loss", "--kl-loss-coef", "0.01", "--hf-checkpoint", str(tmp_path)])
+    assert args.ref_load == str(tmp_path)
+
+
+# (extra argv, pattern the one-line message must match)
+RULES = [
+    (["--global-batch-size", "12"], "--rollout-batch-size 4 x --n-samples-per-prompt 8 = 32 .*--global-batch-size 12"),
+    (["--num-steps-per-rollout", "3"], "--num-steps-per-rollout 3"),
+    (["--num-steps-per-rollout", "2"], "--global-batch-size 32 x --num-steps-per-rollout 2"),
+    (["--over-sampling-batch-size", "2"], "--over-sampling-batch-size 2 must be >= --rollout-batch-size 4"),
+    (["--kl-coef", "0.1", "--kl-loss-coef", "0.1"], "--kl-coef .*--kl-loss-coef"),
+    (["--use-kl-loss"], "--use-kl-loss needs a reference model: pass --ref-load"),
+    (["--kl-coef", "0.05"], "--kl-coef 0.05 needs a reference model"),
+    (["--use-kl-loss", "--ref-load", "/no/such/ref"], "--ref-load /no/such/ref: no such directory"),
+    (["--use-tis", "--use-rollout-logprobs"], "--use-tis .*--use-rollout-logprobs"),
+    (["--tis-clip-low", "3"], "--tis-clip-low 3.0 must be <= --tis-clip 2.0"),
+    (["--advantage-estimator", "reinforce_plus_plus"], "reinforce_plus_plus needs --normalize-advantages"),
+    (["--advantage-estimator", "reinforce_plus_plus_baseline"], "--normalize-advantages"),
+    (["--use-dynamic-batch-size"], "--use-dynamic-batch-size needs --max-tokens-per-gpu"),
+    (["--rollout-max-context-len", "100", "--rollout-max-prompt-len", "100"],
+     "--rollout-max-prompt-len 100 must be < --rollout-max-context-len 100"),
+    (["--rollout-temperature", "0"], "--rollout-temperature must be > 0"),
+    (["--rollout-temperature", "-1"], "--rollout-temperature must be > 0"),
+    (["--rollout-top-p", "0"], "--rollout-top-p must be in \\(0, 1\\]"),
+    (["--rollout-top-k", "0"], "--rollout-top-k must be -1"),
+    (["--eps-clip-c", "1.0"], "--eps-clip-c 1.0 must be > 1.0"),
+    (["--eps-clip", "-0.1"], "--eps-clip must be >= 0"),
+    (["--loss-type", "custom_loss"], "--loss-type custom_loss needs --custom-loss-function-path"),
+    (["--rm-type", "gpqa"], "--rm-type gpqa: not a built-in reward"),
+    (["--rm-type", "remote_rm"], "--rm-type remote_rm needs --rm-url"),
+    (["--save-interval", "5"], "--save-interval needs --save"),
+    (["--micro-batch-size", "0"], "--micro-batch-size must be a positive integer"),
+    (["--prompt-data", "/no/such/prompts.jsonl"], "--prompt-data /no/such/prompts.jsonl: no such file"),
+    (["--custom-rm-path", "rewards.py"], "--custom-rm-path 'rewards.py': a file path"),
+    (["--buffer-filter-path", "nowhere_pkg_xyz.fn"], "--buffer-filter-path .*no module named 'nowhere_pkg_xyz'"),
+    (["--rollout-temperature", "hot"], "argument --rollout-temperature: invalid float value: 'hot'"),
+    (["--advantage-estimator", "a2c"], "argument --advantage-estimator: invalid choice: 'a2c'"),
+    (["--apply-chat-template-kwargs", "[1]"], "argument --apply-chat-template-kwargs: must be a JSON object"),
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+]
+
+
+@pytest.mark.parametrize("extra, pattern", RULES)
+def test_every_rule_is_a_one_line_user_error_naming_the_flags(extra, pattern):
+    with pytest.raises(UserError, match=pattern) as e:
+        parse_args([*MINIMAL, *extra])
+    assert "\n" not in str(e.value)
+
+
+def test_training_length_and_batch_flags_are_required():
+    with pytest.raises(UserError, match="--num-rollout .*--num-epoch"):
+        parse_args(MINIMAL[:-2])
+    with pytest.raises(UserError, match="--global-batch-size .*--num-steps-per-rollout"):
+        parse_args(["--rollout-batch-size", "4", "--num-rollout", "1"])
+    with pytest.raises(UserError, match="required: --rollout-batch-size"):
+        parse_args(["--num-rollout", "1", "--global-batch-size", "1"])
+    with pytest.raises(UserError, match="--num-epoch .*--disable-rollout-global-dataset"):
+        parse_args([*MINIMAL[:-2], "--disable-rollout-global-dataset", "--num-epoch", "1"])
+
+
+def test_one_sample_per_prompt_disables_std_normalisation():
+    args = parse_args(["--rollout-batch-size", "4", "--global-batch-size", "4", "--num-rollout", "1"])
+    assert args.grpo_std_normalization is False
+
+
+def test_groups_can_be_composed_by_other_parts():
+    # another part of slime-ref builds its own parser from the same group functions
+    parser = add_algo_arguments(argparse.ArgumentParser())
+    assert parser.parse_args(["--eps-clip-high", "0.28"]).eps_clip_high == 0.28
+    flags = {opt for action in build_parser()._actions for opt in action.option_strings}
+    assert {"--use-kl-loss", "--rollout-max-response-len", "--over-sampling-batch-size", "--rm-url"} <= flags
+
+
+def test_help_lists_the_flags(capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["--help"])
+    assert e.value.code == 0
+    assert "--disable-grpo-std-normalization" in capsys.readouterr().out
+
+
+def test_parsing_flags_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = f"import sys; import slime_ref.arguments as a; a.parse_args({MINIMAL!r}); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
