@@ -35,9 +35,9 @@ from slime_ref.utils.hooks import check_hook_path, load_function
 MATH_CASES = [
     ("The sum is 3 + 5, so the answer is \\boxed{8}.", "8", 1),
     ("\\boxed{8}", "8", 1),
-    ("8", "8", 1),  # unboxed: the whole response is the answer
-    ("The answer is 8.", "8", 1),
-    ("Answer: 8", "8", 1),
+    ("8", "8", 0),  # right but unboxed: slime's math needs \\boxed{}
+    ("The answer is 8.", "8", 0),
+    ("Answer: 8", "8", 0),
     ("\\boxed{9}", "8", 0),
     ("It looks like 8, but checking again gives \\boxed{9}", "8", 0),  # the last box counts
     ("First \\boxed{7}; correcting: \\boxed{8}", "8", 1),
@@ -46,8 +46,8 @@ MATH_CASES = [
     ("\\boxed{0.5}", "1/2", 1),
     ("\\boxed{\\dfrac{1}{2}}", "1/2", 1),
     ("\\boxed{\\frac12}", "0.5", 1),
-    ("0.5", "\\frac{1}{2}", 1),
-    ("1/2", "0.5", 1),
+    ("0.5", "\\frac{1}{2}", 0),
+    ("\\boxed{1/2}.", "0.5", 1),
     ("\\boxed{.5}", "1/2", 1),
     ("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", 1),
     ("\\boxed{0.33}", "\\frac{1}{3}", 0),
@@ -72,11 +72,11 @@ MATH_CASES = [
     ("\\boxed{\\text{Yes}}", "yes", 1),
     ("\\boxed{}", "8", 0),
     ("\\boxed{8", "8", 0),  # a box that never closes is no answer
-    ("The final answer is $\\frac{3}{2}$.", "1.5", 1),
+    ("The final answer is $\\boxed{\\frac{3}{2}}$.", "1.5", 1),
     ("\\boxed{8.0}", "8", 1),
     ("\\boxed{-8}", "8", 0),
     ("\\boxed{10^{3}}", "1000", 1),
-    ("8<|im_end|>", "8", 1),  # an end-of-turn token left in the text
+    ("\\boxed{8}<|im_end|>", "8", 1),  # an end-of-turn token left in the text
     ("\\boxed{__import__('os').getcwd()}", "0", 0),  # never evaluated as code
 ]
 
@@ -99,7 +99,10 @@ def test_boxed_math_on_the_tiny_task_format(tiny):
     assert rule_based_reward("boxed_math", f"{label}", label) == 0  # right but unboxed: the format counts
     assert rule_based_reward("boxed_math", f"The answer is {label}.", label) == 0
     assert rule_based_reward("boxed_math", f"\\boxed{{{wrong}}}", label) == 0
-    assert tiny.manifest["rm_type"] == "boxed_math"
+    # math grades the same rows the same way: it needs the box too
+    for response in (f"\\boxed{{{label}}}", label, f"\\boxed{{{wrong}}}"):
+        assert rule_based_reward("math", response, label) == rule_based_reward("boxed_math", response, label)
+    assert tiny.manifest["rm_type"] == "math"
 
 
 def test_boxed_prefix_grades_only_the_box_for_every_rule():
@@ -155,10 +158,11 @@ def hook_module(tmp_path, monkeypatch):
 
 
 def test_rm_type_from_metadata_wins_over_the_flag():
-    args = make_args("--rm-type", "boxed_math")
-    plain = Sample(response="8", label="8")
+    args = make_args("--rm-type", "math")
+    plain = Sample(response="the cat sat", label="cat sat")
     assert asyncio.run(async_rm(args, plain)) == 0
-    assert asyncio.run(async_rm(args, Sample(response="8", label="8", metadata={"rm_type": "math"}))) == 1
+    per_sample = Sample(response="the cat sat", label="cat sat", metadata={"rm_type": "f1"})
+    assert asyncio.run(async_rm(args, per_sample)) == pytest.approx(1.0)  # SQuAD F1 drops "the"
 
 
 def test_custom_rm_hooks_async_sync_and_per_sample(hook_module):
@@ -174,8 +178,8 @@ def test_group_rm_hook_gets_the_whole_group(hook_module):
     args = make_args("--custom-rm-path", "my_rewards.rank_group", "--group-rm")
     assert asyncio.run(batched_async_rm(args, group)) == [2.0, 0.0, 1.0]
     builtin = make_args("--rm-type", "math")
-    assert asyncio.run(batched_async_rm(builtin, [Sample(response="8", label="8"), Sample(response="9", label="8")])) \
-        == [1, 0]
+    group = [Sample(response="\\boxed{8}", label="8"), Sample(response="\\boxed{9}", label="8")]
+    assert asyncio.run(batched_async_rm(builtin, group)) == [1, 0]
 
 
 def test_missing_or_unknown_reward_is_a_user_error():

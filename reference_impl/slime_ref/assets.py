@@ -14,7 +14,7 @@ Layout written by :func:`make_tiny` (``slime-ref make-tiny --out DIR``)::
       manifest.json     seed, shapes, and the sha256 of every file above
 
 The task is single-digit addition, ``"3+5="`` -> ``"8"``: 100 problems, split by a seeded shuffle
-into train and eval. The reward is ``boxed_math``: only an answer written as ``\\boxed{8}`` counts.
+into train and eval. The reward is slime's ``math`` rule: only an answer written as ``\\boxed{8}`` counts.
 
 The warm-up set plays the part of prior knowledge. It covers the whole table (train and eval
 problems) in mixed answer styles: one row in three is boxed, the others are bare numbers. A short
@@ -78,7 +78,7 @@ class TinyTaskConfig:
     eval_fraction: float = 0.2
     # answer styles of the warm-up rows written for each problem; the reward accepts only "boxed"
     sft_styles: tuple[str, ...] = ("boxed", "plain", "plain")
-    rm_type: str = "boxed_math"
+    rm_type: str = "math"
 
 
 @dataclass

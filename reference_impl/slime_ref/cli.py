@@ -43,7 +43,7 @@ def make_tiny_cmd(out: Path, seed: int, force: bool) -> None:
     The task is single-digit addition in slime's data format:
       {"prompt": [{"role": "user", "content": "3+5="}], "label": "8"}
     with train and eval splits, and a supervised warm-up set (data/sft.jsonl).
-    Rewarded with --rm-type boxed_math: only answers written as \\boxed{8} count.
+    Rewarded with --rm-type math: only answers written as \\boxed{8} count.
     """
     from rich.console import Console
     from rich.table import Table

@@ -43,14 +43,6 @@ def last_boxed_answer(text: str) -> str | None:
 _ANSWER_PHRASE = re.compile(r"(?:final answer|answer)\s*(?:is|:)\s*(.+?)\s*\.?\s*$", re.IGNORECASE | re.DOTALL)
 
 
-def unboxed_answer(response: str) -> str:
-    """The answer of a response without a box: after the last "answer is"/"answer:", else the whole text."""
-    lines = [line for line in response.strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else ""
-    match = _ANSWER_PHRASE.search(last)
-    return match.group(1) if match else response
-
-
 # --------------------------------------------------------------------------------------------
 # Normalising
 # --------------------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ Which function scores a sample, in slime's order:
 
 Built-in rules (``--rm-type``):
 
-- ``math``: 1 if the answer equals the label (last ``\\boxed{}``; without a box, the text after
-  "answer is"/"answer:" or the whole response), else 0. Equivalent forms count: 1/2, 0.5, \\frac{1}{2}.
+- ``math``: 1 if the last ``\\boxed{}`` of the response equals the label, else 0. As in slime, a
+  response without a box scores 0, so this rule also teaches the answer format. Equivalent forms
+  count: 1/2, 0.5, \\frac{1}{2}.
 - ``deepscaler``: like math, but only the part after ``</think>`` (or ``###Response``) is read and
   the answer must be boxed; no such marker gives 0.
 - ``dapo``: DAPO's Minerva-style check of the last "Answer: ..." line against an integer label;
@@ -24,6 +25,8 @@ A ``boxed_`` prefix (``boxed_math``, ``boxed_f1``, ...) first takes the last ``\
 response and grades only that; a response without a box scores 0 (dapo: -1). slime v0.3.1 passes
 the extracted text back into the full rule, which then looks for a box, ``</think>`` or "Answer:"
 again, so its ``boxed_math``, ``boxed_deepscaler`` and ``boxed_dapo`` can never score; here they do.
+For a launch script that must behave the same in slime and slime-ref, use ``math``: it already
+requires the box.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any
 import aiohttp
 
 from slime_ref.errors import UserError
-from slime_ref.rollout.math_grading import answers_equal, last_boxed_answer, unboxed_answer
+from slime_ref.rollout.math_grading import answers_equal, last_boxed_answer
 from slime_ref.types import Sample
 from slime_ref.utils.hooks import load_function
 
@@ -64,7 +67,7 @@ def _label_answer(label: Any) -> str:
 def math_reward(response: str, label: Any) -> int:
     answer = last_boxed_answer(response)
     if answer is None:
-        answer = unboxed_answer(response)
+        return 0  # slime's math rule grades only a boxed answer
     return int(answers_equal(answer, _label_answer(label)))
 
 
