@@ -16,6 +16,7 @@ is drained first, through ``--buffer-filter-path`` (default :func:`pop_first`).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import os
@@ -36,9 +37,14 @@ def state_path(directory: str, rollout_id: int) -> str:
 def load_tokenizer(args):
     if not args.hf_checkpoint:
         raise UserError("--apply-chat-template and --rollout-max-prompt-len need a tokenizer: pass --hf-checkpoint")
+    return _cached_tokenizer(args.hf_checkpoint)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_tokenizer(path: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(args.hf_checkpoint, trust_remote_code=True)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=True)
 
 
 class RolloutDataSource:
