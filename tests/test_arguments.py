@@ -137,3 +137,41 @@ def test_parsing_flags_does_not_import_torch():
     code = f"import sys; import slime_ref.arguments as a; a.parse_args({MINIMAL!r}); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_placement_defaults_follow_slime(tmp_path):
+    colocated = parse_args([*MINIMAL, "--colocate", "--actor-num-gpus-per-node", "4"])
+    assert (colocated.rollout_num_gpus, colocated.offload_train, colocated.offload_rollout) == (4, True, True)
+    kept_on = parse_args([*MINIMAL, "--colocate", "--no-offload-rollout", "--actor-num-gpus-per-node", "2"])
+    assert (kept_on.offload_train, kept_on.offload_rollout) == (True, False)
+    disaggregated = parse_args([*MINIMAL, "--rollout-num-gpus-per-engine", "2"])
+    assert (disaggregated.rollout_num_gpus, disaggregated.offload_train) == (2, False)
+    train_only = parse_args([*MINIMAL, "--debug-train-only"])
+    assert train_only.rollout_num_gpus == 0
+
+
+def test_eval_sets_are_name_path_pairs_in_one_flag(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("{}\n")
+    b.write_text("{}\n")
+    args = parse_args([*MINIMAL, "--eval-prompt-data", "aime", str(a), "gsm8k", str(b), "--eval-interval", "5"])
+    assert args.eval_datasets == [("aime", str(a)), ("gsm8k", str(b))]
+    assert parse_args([*MINIMAL, "--eval-prompt-data", str(a)]).eval_datasets == [("eval", str(a))]
+
+
+@pytest.mark.parametrize(
+    "argv, pattern",
+    [
+        (["--eval-interval", "5"], "--eval-interval needs eval data: --eval-prompt-data"),
+        (["--eval-prompt-data", "aime", "x.jsonl", "gsm8k"], "NAME PATH pairs in one flag; got 3 values"),
+        (["--eval-prompt-data", "aime", "/no/such.jsonl"], "--eval-prompt-data aime /no/such.jsonl: no such file"),
+        (["--update-weight-transport", "disk"], "--update-weight-transport disk needs --update-weight-disk-dir"),
+        (["--rollout-num-gpus", "3", "--rollout-num-gpus-per-engine", "2"], "--rollout-num-gpus 3 is not a multiple"),
+        (["--sglang-router-ip", "127.0.0.1"], "--sglang-router-ip and --sglang-router-port"),
+        (["--debug-train-only", "--debug-rollout-only"], "exclude each other"),
+        (["--actor-num-gpus-per-node", "0"], "--actor-num-gpus-per-node must be a positive integer"),
+    ],
+)
+def test_cluster_eval_and_sync_rules(argv, pattern):
+    with pytest.raises(UserError, match=pattern):
+        parse_args([*MINIMAL, *argv])

@@ -227,6 +227,115 @@ def add_reward_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     return parser
 
 
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Placement (slime's names). On a machine without GPUs, "GPU" counts mean CPU slots."""
+    group = parser.add_argument_group("cluster and placement")
+    group.add_argument("--actor-num-nodes", type=int, default=1, help="Nodes for the training actor.")
+    group.add_argument("--actor-num-gpus-per-node", type=int, default=8,
+                       help="GPUs (CPU slots without GPUs) per node for the training actor.")
+    group.add_argument("--rollout-num-gpus", type=int, default=None,
+                       help="GPUs for the engines (with --colocate: default the actor's GPU count).")
+    group.add_argument("--rollout-num-gpus-per-engine", type=int, default=1,
+                       help="GPUs per engine (its tensor-parallel size).")
+    group.add_argument("--num-gpus-per-node", type=int, default=8,
+                       help="GPUs per node for rollout; set it when a node has fewer than 8.")
+    group.add_argument("--colocate", action="store_true", default=False,
+                       help="Engines and trainer share devices; turns on --offload-train and --offload-rollout.")
+    group.add_argument("--offload", action="store_true", default=False,
+                       help="Same as --offload-train --offload-rollout.")
+    group.add_argument("--offload-train", action=argparse.BooleanOptionalAction, default=None,
+                       help="Release the trainer's device memory while engines generate.")
+    group.add_argument("--offload-rollout", action=argparse.BooleanOptionalAction, default=None,
+                       help="Release the engines' memory (weights, KV cache) while the trainer trains.")
+    group.add_argument("--debug-train-only", action="store_true", default=False,
+                       help="Train only, no engines (with a rollout function that needs none, e.g. SFT).")
+    group.add_argument("--debug-rollout-only", action="store_true", default=False,
+                       help="Generate only, no trainer.")
+    return parser
+
+
+def add_rollout_function_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    group = parser.add_argument_group("rollout function and engines")
+    group.add_argument("--rollout-function-path", type=str,
+                       default="slime_ref.rollout.sglang_rollout.generate_rollout",
+                       help="generate_rollout(args, rollout_id, data_source, evaluation=False).")
+    group.add_argument("--custom-generate-function-path", type=str, default=None,
+                       help="async generate(args, sample, sampling_params) -> Sample, replacing the "
+                            "per-sample /generate call (multi-turn, tools).")
+    group.add_argument("--rollout-skip-special-tokens", action="store_true", default=False,
+                       help="Drop special tokens from the response text.")
+    group.add_argument("--sglang-server-concurrency", type=int, default=512,
+                       help="Requests in flight per engine.")
+    group.add_argument("--sglang-router-ip", type=str, default=None,
+                       help="Use a router already running here instead of starting one.")
+    group.add_argument("--sglang-router-port", type=int, default=None, help="Port of that router.")
+    group.add_argument("--router-policy", type=str, default="round_robin",
+                       choices=["random", "round_robin", "cache_aware", "power_of_two"],
+                       help="sglang-router load-balancing policy.")
+    group.add_argument("--disable-compute-advantages-and-returns", action="store_false",
+                       dest="compute_advantages_and_returns", default=True,
+                       help="Skip advantages (SFT runs).")
+    return parser
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    group = parser.add_argument_group("evaluation")
+    group.add_argument("--eval-interval", type=int, default=None, help="Evaluate every N rollouts.")
+    group.add_argument("--eval-prompt-data", type=str, nargs="+", default=None,
+                       help="Eval sets as NAME PATH pairs in ONE flag: aime /p/aime.jsonl gsm8k /p/g.jsonl "
+                            "(a single PATH is named 'eval').")
+    group.add_argument("--skip-eval-before-train", action="store_true", default=False,
+                       help="No eval at rollout 0, before training.")
+    group.add_argument("--n-samples-per-eval-prompt", type=int, default=1,
+                       help="Responses per eval prompt (pass@k uses them).")
+    group.add_argument("--eval-temperature", type=float, default=None, help="Default: --rollout-temperature.")
+    group.add_argument("--eval-top-p", type=float, default=None, help="Default: --rollout-top-p.")
+    group.add_argument("--eval-top-k", type=int, default=None, help="Default: --rollout-top-k.")
+    group.add_argument("--eval-max-response-len", type=int, default=None,
+                       help="Default: --rollout-max-response-len.")
+    return parser
+
+
+def add_weight_sync_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    group = parser.add_argument_group("weight sync (trainer -> engines)")
+    group.add_argument("--update-weight-transport", type=str, choices=["nccl", "disk"], default="nccl",
+                       help="Disaggregated: 'nccl' broadcasts buckets over a process group (gloo on CPU), "
+                            "'disk' writes an HF checkpoint engines reload. --colocate passes tensor handles.")
+    group.add_argument("--update-weight-disk-dir", type=str, default=None,
+                       help="Directory for --update-weight-transport disk (shared by trainer and engines).")
+    group.add_argument("--update-weight-buffer-size", type=int, default=512 * 1024**2,
+                       help="Bytes per weight-sync bucket.")
+    group.add_argument("--update-weights-interval", type=int, default=1,
+                       help="train_async: sync weights every N rollouts.")
+    group.add_argument("--check-weight-update-equal", action="store_true", default=False,
+                       help="After each sync, check every engine's weights equal the trainer's.")
+    return parser
+
+
+def add_logging_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    group = parser.add_argument_group("logging")
+    group.add_argument("--use-tensorboard", action="store_true", default=False, help="Log to TensorBoard.")
+    group.add_argument("--tb-project-name", type=str, default=None, help="TensorBoard project directory.")
+    group.add_argument("--tb-experiment-name", type=str, default=None, help="TensorBoard run name.")
+    group.add_argument("--use-wandb", action="store_true", default=False, help="Log to Weights & Biases.")
+    group.add_argument("--wandb-mode", type=str, choices=["online", "offline", "disabled"], default=None,
+                       help="offline needs no network (sync later with `wandb sync`).")
+    group.add_argument("--wandb-project", type=str, default=None)
+    group.add_argument("--wandb-group", type=str, default=None)
+    group.add_argument("--wandb-dir", type=str, default=None)
+    return parser
+
+
+def add_slime_ref_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """slime-ref's own flags (not slime's): where the run writes, and which engine serves rollouts."""
+    group = parser.add_argument_group("slime-ref only")
+    group.add_argument("--output-dir", type=str, default="slime-ref-run",
+                       help="Run directory: metrics.jsonl, curves.png, engine and router logs.")
+    group.add_argument("--rollout-engine", type=str, choices=["auto", "builtin", "sglang"], default="auto",
+                       help="auto: real SGLang where CUDA and sglang are present, else the built-in engine.")
+    return parser
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="slime-ref", allow_abbrev=False,
                             description="slime-ref flags (slime v0.3.1 names and defaults).")
@@ -238,6 +347,12 @@ def build_parser() -> ArgumentParser:
         add_dynamic_sampling_arguments,
         add_algo_arguments,
         add_reward_arguments,
+        add_cluster_arguments,
+        add_rollout_function_arguments,
+        add_eval_arguments,
+        add_weight_sync_arguments,
+        add_logging_arguments,
+        add_slime_ref_arguments,
     ):
         add(parser)
     return parser
@@ -364,6 +479,56 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
         raise UserError(f"--eps-clip-c {args.eps_clip_c} must be > 1.0 (dual-clip bound on the ratio)")
     if args.loss_type == "custom_loss" and not args.custom_loss_function_path:
         raise UserError("--loss-type custom_loss needs --custom-loss-function-path")
+
+    # --- placement (slime's arithmetic)
+    for attr in ("actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus_per_engine", "num_gpus_per_node",
+                 "update_weights_interval", "n_samples_per_eval_prompt", "eval_interval", "sglang_server_concurrency"):
+        value = getattr(args, attr, None)
+        if value is not None and value < 1:
+            raise UserError(f"{_flag(attr)} must be a positive integer, got {value}")
+    if args.debug_train_only and args.debug_rollout_only:
+        raise UserError("--debug-train-only and --debug-rollout-only exclude each other")
+    actor_gpus = args.actor_num_nodes * args.actor_num_gpus_per_node
+    if args.colocate:
+        if args.rollout_num_gpus is None:
+            args.rollout_num_gpus = actor_gpus
+        args.offload_train = True if args.offload_train is None else args.offload_train
+        args.offload_rollout = True if args.offload_rollout is None else args.offload_rollout
+    if args.offload:
+        args.offload_train = args.offload_rollout = True
+    args.offload_train = bool(args.offload_train)
+    args.offload_rollout = bool(args.offload_rollout)
+    if args.rollout_num_gpus is None:
+        args.rollout_num_gpus = 0 if args.debug_train_only else args.rollout_num_gpus_per_engine
+    if args.rollout_num_gpus % args.rollout_num_gpus_per_engine:
+        raise UserError(f"--rollout-num-gpus {args.rollout_num_gpus} is not a multiple of "
+                        f"--rollout-num-gpus-per-engine {args.rollout_num_gpus_per_engine}")
+    if (args.sglang_router_ip is None) != (args.sglang_router_port is None):
+        raise UserError("give both --sglang-router-ip and --sglang-router-port (an existing router), or neither")
+
+    # --- evaluation
+    args.eval_datasets = []
+    if args.eval_prompt_data:
+        items = args.eval_prompt_data
+        if len(items) == 1:
+            items = ["eval", items[0]]
+        if len(items) % 2:
+            raise UserError(f"--eval-prompt-data takes NAME PATH pairs in one flag; got {len(items)} values: "
+                            f"{' '.join(items)}")
+        args.eval_datasets = [(items[i], items[i + 1]) for i in range(0, len(items), 2)]
+        for name, path in args.eval_datasets:
+            if not os.path.isfile(path.split("@[")[0]):
+                raise UserError(f"--eval-prompt-data {name} {path}: no such file")
+    if args.eval_interval is not None and not args.eval_datasets:
+        raise UserError("--eval-interval needs eval data: --eval-prompt-data NAME PATH [NAME PATH ...]")
+
+    # --- weight sync
+    if args.update_weight_transport == "disk" and not args.colocate and not args.update_weight_disk_dir:
+        raise UserError("--update-weight-transport disk needs --update-weight-disk-dir (a directory the trainer "
+                        "and every engine can read)")
+    if args.update_weight_buffer_size < 1:
+        raise UserError(f"--update-weight-buffer-size must be a positive number of bytes, got "
+                        f"{args.update_weight_buffer_size}")
 
     # --- checkpoints and hooks
     if args.save_interval is not None and not args.save:

@@ -1,0 +1,284 @@
+"""The default rollout (``--rollout-function-path slime_ref.rollout.sglang_rollout.generate_rollout``).
+
+One rollout, as in slime::
+
+    while fewer than --rollout-batch-size groups are kept:
+        draw --over-sampling-batch-size prompt groups from the data source
+        for every sample, concurrently (at most --sglang-server-concurrency per engine in flight):
+            POST the prompt's token ids to the router's /generate with return_logprob
+            (or call --custom-generate-function-path), then score it (rewards.async_rm)
+        as each group finishes: --group-rm scoring, then --dynamic-sampling-filter-path keep/drop
+    abort what is still running on every engine; with --partial-rollout the half-done groups go
+    back to the data source's buffer, to be continued in a later rollout
+
+Evaluation (``evaluation=True``) generates ``--n-samples-per-eval-prompt`` responses for every
+prompt of each ``--eval-prompt-data`` set and scores them.
+
+Hook signatures are slime's: ``async def generate(args, sample, sampling_params[, evaluation])``
+returns the Sample (or a list of Samples); reward hooks are in :mod:`slime_ref.rollout.rewards`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from slime_ref.rollout.filters import call_dynamic_filter, drop_metrics, should_drop
+from slime_ref.rollout.rewards import async_rm, batched_async_rm
+from slime_ref.rollout.sglang_client import SGLangClient
+from slime_ref.types import Sample
+from slime_ref.utils.async_loop import run
+from slime_ref.utils.hooks import load_function
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RolloutFnEvalOutput", "RolloutFnTrainOutput", "generate", "generate_rollout", "sampling_params"]
+
+
+@dataclass
+class RolloutFnTrainOutput:
+    samples: list[list[Sample]]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutFnEvalOutput:
+    data: dict[str, dict[str, Any]]  # eval set name -> {"rewards": [...], "truncated": [...], "samples": [...]}
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def router_url(args) -> str:
+    return f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+
+
+def sampling_params(args, *, evaluation: bool = False) -> dict[str, Any]:
+    """SGLang sampling parameters from slime's rollout (or eval) flags."""
+    def pick(eval_value, rollout_value):
+        return eval_value if evaluation and eval_value is not None else rollout_value
+
+    return dict(
+        temperature=pick(getattr(args, "eval_temperature", None), args.rollout_temperature),
+        top_p=pick(getattr(args, "eval_top_p", None), args.rollout_top_p),
+        top_k=pick(getattr(args, "eval_top_k", None), args.rollout_top_k),
+        max_new_tokens=pick(getattr(args, "eval_max_response_len", None), args.rollout_max_response_len),
+        stop=args.rollout_stop,
+        stop_token_ids=args.rollout_stop_token_ids,
+        skip_special_tokens=args.rollout_skip_special_tokens,
+        no_stop_trim=True,  # keep the stop token: the trainer must see what the engine sampled
+        spaces_between_special_tokens=False,
+    )
+
+
+class _GenerateState:
+    """Per-process rollout state: tokenizer, the router client, the concurrency cap, in-flight groups."""
+
+    def __init__(self, args):
+        from slime_ref.data.source import load_tokenizer
+
+        self.key = (router_url(args), args.hf_checkpoint)
+        self.tokenizer = load_tokenizer(args)
+        self.client = SGLangClient(router_url(args), retries=3)
+        num_engines = max(1, len(getattr(args, "rollout_engine_urls", None) or [None]))
+        self.semaphore = asyncio.Semaphore(args.sglang_server_concurrency * num_engines)
+        self.pending: set[asyncio.Task] = set()
+        self.remaining_batch_size = 0
+        self.aborted = False
+
+    def reset(self) -> None:
+        self.pending = set()
+        self.remaining_batch_size = 0
+        self.aborted = False
+
+
+_STATE: _GenerateState | None = None
+
+
+def _state(args) -> _GenerateState:
+    """The state for this router and model; created inside the shared loop (it owns a semaphore)."""
+    global _STATE
+    if _STATE is None or _STATE.key != (router_url(args), args.hf_checkpoint):
+        _STATE = _GenerateState(args)
+    return _STATE
+
+
+async def generate(args, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
+    """The default per-sample generation: token ids in, response tokens and their log-probs out."""
+    state = _state(args)
+    if sample.status not in (Sample.Status.PENDING, Sample.Status.ABORTED):
+        raise ValueError(f"sample {sample.index} is {sample.status.value}; only pending or aborted samples generate")
+    if not sample.tokens:
+        sample.tokens = state.tokenizer.encode(sample.prompt, add_special_tokens=False)
+    params = dict(sampling_params)
+    if params.get("max_new_tokens") is not None:
+        # a partial sample continues with what is left of its budget
+        params["max_new_tokens"] -= sample.response_length
+        if params["max_new_tokens"] <= 0:
+            sample.status = Sample.Status.TRUNCATED
+            return sample
+    out = await state.client.generate(sample.tokens, params, return_logprob=True)
+    sample.append_response_tokens(
+        args, tokens=out.output_ids, log_probs=out.output_log_probs or [], meta_info=out.meta_info, text=out.text
+    )
+    return sample
+
+
+async def _custom_or_default_generate(args, sample, params, evaluation):
+    path = sample.generate_function_path or getattr(args, "custom_generate_function_path", None)
+    if path is None:
+        return await generate(args, sample, params)
+    fn = load_function(path, "--custom-generate-function-path")
+    if "evaluation" in inspect.signature(fn).parameters:
+        return await fn(args, sample, params, evaluation=evaluation)
+    return await fn(args, sample, params)
+
+
+async def generate_and_rm(args, sample: Sample, params: dict[str, Any], evaluation: bool = False):
+    """Generate one sample (unless it is already finished) and score it (unless --group-rm)."""
+    if args.partial_rollout and args.mask_offpolicy_in_partial_rollout and sample.response_length > 0:
+        sample.loss_mask = [0] * sample.response_length  # tokens from an older policy are not trained on
+    if sample.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED):
+        return sample  # finished in an earlier, aborted rollout
+
+    state = _state(args)
+    async with state.semaphore:
+        if state.aborted:
+            sample.status = Sample.Status.ABORTED
+            return sample
+        sample = await _custom_or_default_generate(args, sample, params, evaluation)
+
+    if args.group_rm:
+        return sample
+    samples = sample if isinstance(sample, list) else [sample]
+    if any(s.status == Sample.Status.ABORTED for s in samples):
+        return sample
+    unscored = [s for s in samples if s.reward is None]
+    if len(unscored) == 1 and not isinstance(sample, list):
+        unscored[0].reward = await async_rm(args, unscored[0])
+    elif unscored:
+        for s, r in zip(unscored, await batched_async_rm(args, unscored)):
+            s.reward = r
+    return sample
+
+
+async def generate_and_rm_group(args, group: list[Sample], params: dict[str, Any], evaluation: bool = False):
+    state = _state(args)
+    if state.aborted:
+        return group
+    group = list(await asyncio.gather(*(generate_and_rm(args, s, dict(params), evaluation) for s in group)))
+    if args.group_rm and not state.aborted:
+        for s, r in zip(group, await batched_async_rm(args, group)):
+            s.reward = r
+    return group
+
+
+async def abort(args, rollout_id: int) -> list[list[Sample]]:
+    """Stop every engine's in-flight requests; return the unfinished groups if --partial-rollout."""
+    state = _state(args)
+    state.aborted = True
+    urls = getattr(args, "rollout_engine_urls", None) or []
+    await asyncio.gather(*(SGLangClient(url, retries=1).abort_all() for url in urls), return_exceptions=True)
+    partial = []
+    while state.pending:
+        done, state.pending = await asyncio.wait(state.pending, return_when=asyncio.FIRST_COMPLETED)
+        if args.partial_rollout:
+            for task in done:
+                group = task.result()
+                for s in group:
+                    if s.response and "start_rollout_id" not in s.metadata:
+                        s.metadata["start_rollout_id"] = rollout_id
+                partial.append(group)
+    return partial
+
+
+async def generate_rollout_async(args, rollout_id: int, get_samples) -> tuple[RolloutFnTrainOutput, list]:
+    state = _state(args)
+    state.reset()
+    dynamic_filter = (
+        load_function(args.dynamic_sampling_filter_path, "--dynamic-sampling-filter-path")
+        if args.dynamic_sampling_filter_path else None
+    )
+    params = sampling_params(args)
+    target = args.rollout_batch_size
+    kept: list[list[Sample]] = []
+    drop_reasons: list[str | None] = []
+    while len(kept) < target:
+        while state.remaining_batch_size < target:
+            groups = get_samples(args.over_sampling_batch_size)
+            if not groups:
+                raise RuntimeError("the data source ran dry in the middle of a rollout")
+            for group in groups:
+                state.pending.add(asyncio.ensure_future(generate_and_rm_group(args, group, params)))
+            state.remaining_batch_size += len(groups)
+        done, state.pending = await asyncio.wait(state.pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            group = task.result()
+            verdict = call_dynamic_filter(dynamic_filter, args, group)
+            if should_drop(verdict, remaining_batch_size=state.remaining_batch_size, target_data_size=target):
+                drop_reasons.append(verdict.reason)
+                state.remaining_batch_size -= 1
+                continue
+            if len(kept) < target:
+                kept.append(group)
+    aborted = await abort(args, rollout_id)
+    state.reset()
+    kept.sort(key=lambda g: g[0].index)
+    return RolloutFnTrainOutput(samples=kept, metrics=drop_metrics(drop_reasons)), aborted
+
+
+async def eval_rollout(args, rollout_id: int) -> RolloutFnEvalOutput:
+    _state(args).reset()
+    results = await asyncio.gather(*(_eval_one(args, name, path) for name, path in args.eval_datasets))
+    return RolloutFnEvalOutput(data=dict(results))
+
+
+_EVAL_DATASETS: dict[tuple, Any] = {}
+
+
+async def _eval_one(args, name: str, path: str) -> tuple[str, dict[str, Any]]:
+    from slime_ref.data.dataset import PromptDataset
+    from slime_ref.data.source import load_tokenizer
+
+    key = (path, args.hf_checkpoint, args.input_key, args.label_key, args.apply_chat_template)
+    if key not in _EVAL_DATASETS:
+        _EVAL_DATASETS[key] = PromptDataset(
+            path,
+            tokenizer=load_tokenizer(args),
+            input_key=args.input_key,
+            label_key=args.label_key,
+            metadata_key=args.metadata_key,
+            tool_key=args.tool_key,
+            apply_chat_template=args.apply_chat_template,
+            apply_chat_template_kwargs=args.apply_chat_template_kwargs,
+        )
+    dataset = _EVAL_DATASETS[key]
+    params = sampling_params(args, evaluation=True)
+    samples = []
+    for prompt_index, prompt_sample in enumerate(dataset.samples):
+        for j in range(args.n_samples_per_eval_prompt):
+            s = copy.deepcopy(prompt_sample)
+            s.group_index, s.index = prompt_index, prompt_index * args.n_samples_per_eval_prompt + j
+            samples.append(s)
+    done = await asyncio.gather(*(generate_and_rm(args, s, params, evaluation=True) for s in samples))
+    flat = [x for s in done for x in (s if isinstance(s, list) else [s])]
+    flat.sort(key=lambda s: s.index)
+    reward_key = args.eval_reward_key
+    return name, {
+        "rewards": [s.reward[reward_key] if reward_key else s.reward for s in flat],
+        "truncated": [s.status == Sample.Status.TRUNCATED for s in flat],
+        "group_index": [s.group_index for s in flat],
+        "samples": flat,
+    }
+
+
+def generate_rollout(args, rollout_id: int, data_source, evaluation: bool = False):
+    """slime's rollout-function signature; returns RolloutFnTrainOutput or RolloutFnEvalOutput."""
+    if evaluation:
+        return run(eval_rollout(args, rollout_id))
+    output, aborted = run(generate_rollout_async(args, rollout_id, data_source.get_samples))
+    if aborted:
+        data_source.add_samples(aborted)
+    return output
