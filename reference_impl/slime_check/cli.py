@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from slime_check import __version__
+from slime_check.skill_install import skill
 from slime_ref.errors import run_cli
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -17,6 +18,9 @@ def cli() -> None:
 
     It reads, probes and reports. It never installs, kills or edits anything.
     """
+
+
+cli.add_command(skill)
 
 
 def main() -> None:
