@@ -1,0 +1,301 @@
+"""The Hermes skill bundle is right for slime v0.3.1: frontmatter, sections, links, flags, commands.
+
+Hermes itself is exercised in test_skill_hermes.py; this file needs only the repository.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+
+import pytest
+import yaml
+from skill_docs import REPO, TOOL_FLAGS, all_uses, bundle_files, dead_links
+
+from slime_check.skill_install import SKILL_NAME
+
+# Commands the skill shows that other parts of the product bring (issues 6 and 7). Until they are on
+# this branch their tests skip; once they exist they are checked like every other command.
+PENDING_COMMANDS = {
+    "slime-check prereqs": ("issue 7", {"--json", "--only", "--gpus", "--fixture"}),
+    "slime-check capture": ("issue 7", set()),
+    "slime-check config": ("issue 7", {"--slime-dir"}),
+    "slime-check quickstart": ("issue 6", {"--force"}),
+    "slime-ref train": ("issue 6", set()),
+    "slime-ref plot": ("issue 6", set()),
+}
+# Flags that do not exist in slime v0.3.1 and that troubleshooting.md names as such.
+STALE_FLAGS = {
+    "--async-buffer-size", "--max-turns", "--num-data-workers", "--streaming-data", "--tis-threshold",
+    "--sglang-router-strategy", "--initial-megatron-checkpoint",
+    "--true-on-policy-mode",
+}
+CHECK_ID = re.compile(r"`((?:gpu|container|packages|system|config)\.(?!json`)[a-z_]+)`")
+
+FLAG_USES, COMMAND_USES = all_uses()
+
+
+def frontmatter_and_body() -> tuple[dict, str]:
+    text = (REPO / "SKILL.md").read_text(encoding="utf-8")
+    match = re.match(r"^---\n(.*?)\n---\s*\n(.*)$", text, re.S)
+    assert match, "SKILL.md must start with a --- fenced YAML frontmatter"
+    return yaml.safe_load(match.group(1)), match.group(2)
+
+
+# ----------------------------------------------------------------------------- SKILL.md shape
+
+
+def test_frontmatter_follows_hermes_conventions():
+    meta, _ = frontmatter_and_body()
+    assert meta["name"] == SKILL_NAME and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", meta["name"])
+    assert meta["platforms"] == ["linux"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", str(meta["version"])) and meta["author"] and meta["license"]
+    hermes = meta["metadata"]["hermes"]
+    assert "slime" in hermes["tags"] and "GRPO" in hermes["tags"]
+    assert hermes["related_skills"] == ["trl-fine-tuning", "weights-and-biases"]
+    description = meta["description"]
+    assert len(description) <= 1024
+    # Hermes' system-prompt index shows only the first 57 characters: they must say when to use it.
+    head = description[:57]
+    assert head.startswith("Use when") and "slime" in head and "RL" in head, head
+
+
+def test_frontmatter_and_body_sizes():
+    text = (REPO / "SKILL.md").read_text(encoding="utf-8")
+    _, body = frontmatter_and_body()
+    assert text.index("\n---", 3) < 4000  # Hermes reads only the first 4000 characters for listing
+    assert len(body) < 15_000, f"SKILL.md body is {len(body)} characters; move depth into skill/references/"
+
+
+def test_body_has_every_section_the_issue_asks_for():
+    _, body = frontmatter_and_body()
+    headings = [h.lower() for h in re.findall(r"^## (.+)$", body, re.M)]
+    for needed in (
+        "rules", "when to use slime", "key features", "architecture", "installation", "prerequisites",
+        "quick start", "workflow 1", "workflow 2", "workflow 3", "configuration essentials",
+        "troubleshooting", "supported models", "slime-ref",
+    ):
+        assert any(needed in h for h in headings), f"no section for {needed!r} in {headings}"
+    assert "pkill -9 python" in body and "Never kill processes by name" in body
+    assert "Never start a long run before the checks pass" in body
+    for topic in ("OOM", "update_weights", "SLIME_HOST_IP", "503", "latest_checkpointed_iteration.txt", "import errors"):
+        assert topic in body, topic
+
+
+def test_docker_and_source_install_pins_match_slime_v031():
+    _, body = frontmatter_and_body()
+    assert "--ipc=host --shm-size=16g" in body and "--ulimit memlock=-1 --ulimit stack=67108864" in body
+    install = (REPO / "skill/references/install.md").read_text(encoding="utf-8")
+    for pin in ("0b3bb0cbe31873994c9f989fddfe2f87ca839fdd", "1dcf0dafa884ad52ffb243625717a3471643e087",
+                "2.16.1", "2.8.3", "1.26.4", "2.11.0+cu129", "sglang_router-0.3.2", "git checkout v0.3.1"):
+        assert pin in install, pin
+
+
+def test_workflows_use_the_real_v031_entry_points_and_signatures():
+    _, body = frontmatter_and_body()
+    for text in ("tools/convert_hf_to_torch_dist.py", "tools/convert_torch_dist_to_hf.py", "train_async.py",
+                 "--update-weights-interval", "refuses `--colocate`",
+                 "async def generate(args, sample: Sample, sampling_params: dict) -> Sample",
+                 "async def reward_func(args, sample: Sample, **kwargs) -> float"):
+        assert text in body, text
+
+
+HOOK_VALUE = re.compile(r"(--(?:custom-(?!config-)[a-z-]+|[a-z-]+-function|data-source|[a-z-]+-filter|rollout-data-postprocess|rollout-all-samples-process|rollout-sample-hook)-path)[ =]+([^\s`|]+)")
+
+
+def test_hook_paths_shown_are_dotted_import_paths():
+    shown = []
+    for rel in bundle_files():
+        shown += [(rel, flag, value) for flag, value in HOOK_VALUE.findall((REPO / rel).read_text(encoding="utf-8"))]
+    assert len(shown) >= 8
+    bad = [s for s in shown if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", s[2])]
+    assert bad == []
+
+
+# ----------------------------------------------------------------------------- links
+
+
+@pytest.mark.parametrize("rel", [f for f in bundle_files() if f.endswith(".md")])
+def test_no_dead_relative_link_in_the_repository(rel):
+    assert dead_links(REPO, rel) == []
+
+
+# ----------------------------------------------------------------------------- flags
+
+
+def _registry_flag_names(registry) -> set[str]:
+    # issue 7's load_registry(): a mapping keyed by flag, or entries carrying the flag's name
+    if hasattr(registry, "flags"):
+        registry = registry.flags
+    names: set[str] = set()
+    items = registry.items() if isinstance(registry, Mapping) else ((None, entry) for entry in registry)
+    for key, entry in items:
+        if isinstance(key, str):
+            names.add(key if key.startswith("--") else "--" + key.replace("_", "-"))
+            continue
+        for attr in ("flag", "name", "option"):
+            value = entry.get(attr) if isinstance(entry, Mapping) else getattr(entry, attr, None)
+            if isinstance(value, str):
+                names.add(value if value.startswith("--") else "--" + value.replace("_", "-"))
+                break
+    assert names, "could not read any flag name from slime_check.registry.load_registry()"
+    return names
+
+
+@functools.cache
+def slime_flags() -> frozenset[str]:
+    if importlib.util.find_spec("slime_check.registry") is None:
+        pytest.skip("slime_check.registry, the slime v0.3.1 flag registry (issue 7), is not on this branch yet")
+    from slime_check.registry import load_registry
+
+    return frozenset(_registry_flag_names(load_registry()))
+
+
+def test_every_slime_flag_shown_exists_in_slime_v031():
+    known = slime_flags()
+    unknown = sorted({(u.flag, u.where) for u in FLAG_USES if u.context == "slime" and u.flag not in known})
+    assert unknown == []
+
+
+def test_every_flag_in_prose_is_known():
+    known = slime_flags() | set().union(*TOOL_FLAGS.values()) | our_program_flags()
+    unknown = sorted(
+        {(u.flag, u.where) for u in FLAG_USES if u.context == "any" and u.flag not in known and u.flag not in STALE_FLAGS}
+    )
+    assert unknown == []
+
+
+def test_stale_flags_are_named_only_as_nonexistent():
+    known = slime_flags()
+    assert not STALE_FLAGS & known, "a flag the skill calls stale exists in slime v0.3.1"
+    places = {u.where for u in FLAG_USES if u.flag in STALE_FLAGS}
+    assert places == {"skill/references/troubleshooting.md"}
+
+
+def test_third_party_and_unknown_program_flags():
+    wrong = [u for u in FLAG_USES if u.context.startswith("unknown program")]
+    wrong += [u for u in FLAG_USES if u.context in TOOL_FLAGS and u.flag not in TOOL_FLAGS[u.context]]
+    assert wrong == []
+
+
+# ----------------------------------------------------------------------------- our commands
+
+
+@functools.cache
+def help_text(command: str) -> str | None:
+    """`COMMAND --help` output, or None if the command does not exist (usage error)."""
+    result = subprocess.run([*command.split(), "--help"], capture_output=True, text=True, timeout=120)
+    if result.returncode == 0:
+        return result.stdout
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    return None
+
+
+def our_program_flags() -> set[str]:
+    flags: set[str] = set()
+    for command in {c.command for c in COMMAND_USES}:
+        text = help_text(command)
+        if text is not None:
+            flags |= set(re.findall(r"--[a-z][a-z0-9-]*", text))
+        elif command in PENDING_COMMANDS:
+            flags |= PENDING_COMMANDS[command][1]
+    return flags
+
+
+@pytest.mark.parametrize("command", sorted({c.command for c in COMMAND_USES}))
+def test_every_command_shown_runs(command):
+    text = help_text(command)
+    if text is None:
+        if command in PENDING_COMMANDS:
+            pytest.skip(f"`{command}` comes with {PENDING_COMMANDS[command][0]}; not on this branch yet")
+        pytest.fail(f"the skill shows `{command}`, which does not exist")
+    assert "Usage:" in text
+    shown = {flag for use in COMMAND_USES if use.command == command for flag in use.flags}
+    missing = sorted(flag for flag in shown if flag not in text)
+    assert missing == [], f"`{command} --help` has no {missing}"
+
+
+def test_prereqs_json_runs_here_and_covers_the_checklist_ids():
+    if help_text("slime-check prereqs") is None:
+        pytest.skip("`slime-check prereqs` comes with issue 7; not on this branch yet")
+    import json
+
+    result = subprocess.run(["slime-check", "prereqs", "--json"], capture_output=True, text=True, timeout=120)
+    assert result.returncode in (0, 1), result.stderr
+    reported = {finding["id"] for finding in _findings(json.loads(result.stdout))}
+    listed = {i for i in checklist_ids() if not i.startswith("config.")}
+    assert listed - reported == set(), "checklist ids slime-check prereqs does not report"
+
+
+def _findings(report):
+    if isinstance(report, Mapping):
+        report = report.get("checks") or report.get("findings") or []
+    return report
+
+
+# ----------------------------------------------------------------------------- checklist
+
+
+def checklist_ids() -> list[str]:
+    text = (REPO / "checklists/prerequisites.md").read_text(encoding="utf-8")
+    return [m for line in text.splitlines() if line.startswith("| `") for m in CHECK_ID.findall(line)[:1]]
+
+
+def test_checklist_items_name_a_check_id_and_a_source():
+    text = (REPO / "checklists/prerequisites.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    ids = checklist_ids()
+    assert len(ids) == len(rows) == len(set(ids)), "one unique check id per checklist row"
+    for row in rows:
+        source = row.rstrip(" |").rsplit("|", 1)[-1].strip()
+        assert source, f"no source in: {row}"
+    for needed in ("gpu.compute_capability", "container.shm_size", "container.ipc_host", "container.memlock",
+                   "container.stack", "packages.megatron", "packages.sglang_router", "system.host_ip",
+                   "system.leftover_processes", "config.unknown_flag", "config.batch_identity", "config.hook_path"):
+        assert needed in ids, needed
+
+
+def test_check_ids_named_in_the_skill_are_in_the_checklist():
+    listed = set(checklist_ids())
+    named = set()
+    for rel in bundle_files():
+        if rel.endswith(".md") and not rel.startswith("checklists/"):
+            named |= set(CHECK_ID.findall((REPO / rel).read_text(encoding="utf-8")))
+    assert named - listed == set()
+
+
+# ----------------------------------------------------------------------------- templates and examples
+
+LAUNCH_SCRIPTS = sorted(f for f in bundle_files() if f.endswith(".sh") and "/run-" in f)
+
+
+@pytest.mark.parametrize("script", LAUNCH_SCRIPTS)
+def test_launch_scripts_are_valid_bash_without_kill_by_name(script):
+    result = subprocess.run(["bash", "-n", str(REPO / script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    text = (REPO / script).read_text(encoding="utf-8")
+    assert not re.search(r"^\s*(pkill|killall)\b|ray stop", text, re.M)
+
+
+@pytest.mark.parametrize("script", LAUNCH_SCRIPTS)
+def test_launch_scripts_pass_slime_check_config(script, tiny, tmp_path):
+    if help_text("slime-check config") is None:
+        pytest.skip("`slime-check config` comes with issue 7; not on this branch yet")
+    env = {**os.environ, "TINY": str(tiny.model_dir.parent), "OUT": str(tmp_path)}
+    result = subprocess.run(
+        ["slime-check", "config", str(REPO / script)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_templates_hold_the_batch_identity():
+    for name, gpus in (("run-qwen3-4B-grpo-8gpu.sh", 8), ("run-qwen2.5-0.5B-grpo-small.sh", 4)):
+        text = (REPO / "skill/templates" / name).read_text(encoding="utf-8")
+        value = {flag: int(v) for flag, v in re.findall(r"(--[a-z-]+) (\d+)\s*$", text, re.M)}
+        assert value["--rollout-batch-size"] * value["--n-samples-per-prompt"] == value["--global-batch-size"]
+        assert "--colocate" in text and f"NUM_GPUS=${{NUM_GPUS:-{gpus}}}" in text
+        assert "slime-check prereqs" in text and "slime-check config" in text
