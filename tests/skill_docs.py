@@ -34,7 +34,7 @@ TOOL_FLAGS = {
         "--dashboard-port", "--address", "--runtime-env-json", "--force",
     },
     "hf": {"--repo-type", "--local-dir"},
-    "pip": {"--no-deps", "--no-build-isolation"},
+    "pip": {"--no-deps", "--no-build-isolation", "--extra-index-url"},
     "git": {"--tags"},
     # slime v0.3.1 tools/convert_torch_dist_to_hf.py
     "convert_torch_dist_to_hf.py": {"--input-dir", "--output-dir", "--origin-hf-dir", "--vocab-size", "--model-name", "--force"},
