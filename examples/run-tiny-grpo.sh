@@ -1,6 +1,6 @@
 #!/bin/bash
 # Quick start, stage 2: GRPO on the embedded tiny model, starting from the warm-up checkpoint.
-# Reward: --rm-type boxed_math (only an answer written as \boxed{8} counts).
+# Reward: --rm-type math (only an answer written as \boxed{8} counts).
 #
 #   bash examples/run-tiny-grpo.sh                      # after run-tiny-sft-warmup.sh
 #   WARM=./slime-tiny/model bash examples/run-tiny-grpo.sh   # from the untrained model instead

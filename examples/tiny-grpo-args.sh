@@ -41,8 +41,8 @@ ROLLOUT_ARGS=(
 )
 
 REWARD_ARGS=(
-   # built-in rule: extract \boxed{...}, then grade it as math
-   --rm-type boxed_math
+   # slime's built-in math rule: grades the last \boxed{...} answer; unboxed answers score 0
+   --rm-type math
 )
 
 EVAL_ARGS=(
