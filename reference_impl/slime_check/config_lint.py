@@ -614,6 +614,16 @@ def check_hf_config(cfg: Config) -> list[Finding]:
             if groups != kv:
                 what = f"--num-query-groups {groups}" if gqa else "no --group-query-attention"
                 mismatches.append(f"num_key_value_heads {kv} vs {what}")
+    head_dim = hf.get("head_dim")
+    if head_dim is not None:  # Megatron's --kv-channels defaults to hidden_size / heads
+        channels = cfg.number("--kv-channels")
+        hidden, n_heads = cfg.number("--hidden-size"), cfg.number("--num-attention-heads")
+        if channels is None and known(hidden, n_heads) and n_heads:
+            channels = hidden // n_heads
+        if known(channels):
+            compared += 1
+            if channels != head_dim:
+                mismatches.append(f"head_dim {head_dim} vs --kv-channels {channels}")
     tie = hf.get("tie_word_embeddings", True)
     untie = cfg.get("--untie-embeddings-and-output-weights") is True
     compared += 1

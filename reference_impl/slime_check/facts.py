@@ -250,8 +250,8 @@ def parse_ulimits(line_text: str | None, all_text: str | None) -> dict[str, int 
     limits: dict[str, int | str] = {}
     for key, value in re.findall(r"(memlock|stack|nofile)=(\S+)", line_text or ""):
         limits[key] = value if value == "unlimited" else _int(value)
-    patterns = {"memlock": r"max locked memory.*\(-l\)\s+(\S+)", "stack": r"stack size.*\(-s\)\s+(\S+)",
-                "nofile": r"open files.*\(-n\)\s+(\S+)"}
+    patterns = {"memlock": r"max locked memory.*-l\)\s+(\S+)", "stack": r"stack size.*-s\)\s+(\S+)",
+                "nofile": r"open files.*-n\)\s+(\S+)"}
     for key, pattern in patterns.items():
         match = re.search(pattern, all_text or "")
         if key not in limits and match:

@@ -770,7 +770,7 @@ class Reader:
             elif isinstance(node, If):
                 self.run_if(node)
             elif isinstance(node, Loop):
-                self.undecided([node.body])
+                self.undecided([node.body, []])  # zero, one or many passes
             elif isinstance(node, Group):
                 self.run_nodes(node.body)
             elif isinstance(node, FuncDef):

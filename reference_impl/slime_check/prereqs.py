@@ -780,7 +780,7 @@ def system_ports(m: Machine) -> Finding:
     return Finding(id_, Status.PASS, f"Ray's ports {', '.join(map(str, RAY_PORTS))} are free.{engine_note}")
 
 
-def system_leftovers(m: Machine) -> Finding:
+def system_leftover_processes(m: Machine) -> Finding:
     id_ = "system.leftover_processes"
     out = m.probe.run(P.PROCESSES)
     procs = facts.parse_processes(out.text) if out.ok else None
@@ -827,7 +827,7 @@ CHECKS: dict[str, list[Check]] = {
     "packages": [packages_python, packages_torch, packages_megatron, packages_sglang, packages_sglang_router, packages_ray,
                  packages_transformer_engine, packages_flash_attn, packages_numpy, packages_transformers,
                  packages_known_bad],
-    "system": [system_ram, system_disk, system_ports, system_leftovers, system_host_ip],
+    "system": [system_ram, system_disk, system_ports, system_leftover_processes, system_host_ip],
 }
 
 
