@@ -140,18 +140,27 @@ class Lexer:
         self.i += n
         return chunk
 
+    def skip_filler(self, newlines: bool) -> bool:
+        """Skip a blank, a line continuation or a comment (and a newline if asked); False if none."""
+        c = self.peek()
+        if c in " \t" or (newlines and c == "\n"):
+            self.advance()
+        elif c == "\\" and self.peek(1) == "\n":
+            self.advance(2)
+        elif c == "#":
+            while self.i < len(self.s) and self.peek() != "\n":
+                self.advance()
+        else:
+            return False
+        return True
+
     def tokens(self) -> list[Token]:
         out: list[Token] = []
         while self.i < len(self.s):
             c = self.peek()
-            if c in " \t":
-                self.advance()
-            elif c == "\\" and self.peek(1) == "\n":
-                self.advance(2)
-            elif c == "#":
-                while self.i < len(self.s) and self.peek() != "\n":
-                    self.advance()
-            elif c == "\n":
+            if self.skip_filler(newlines=False):
+                continue
+            if c == "\n":
                 out.append(Token("nl", "\n", self.line))
                 self.advance()
                 self.read_heredoc_bodies()
@@ -214,14 +223,8 @@ class Lexer:
             if self.s.startswith(opener, self.i):
                 depth += 1
                 self.advance(len(opener))
-            elif c == "\\":
-                self.advance(2)
-            elif c == "'":
-                self.skip_single_quoted()
-            elif c == '"':
-                self.skip_double_quoted()
-            elif c == "$" and self.peek(1) in "({":
-                self.skip_dollar()
+            elif self.skip_quoted():
+                pass
             elif c == "<" and self.peek(1) == "<" and opener == "$(":
                 self.read_redirect()
             elif c == "\n":
@@ -233,6 +236,23 @@ class Lexer:
             else:
                 self.advance()
         return self.s[start : self.i]
+
+    def skip_quoted(self) -> bool:
+        """Skip an escape, a quoted string or a $( ) / ${ } / backquote expansion; False if none."""
+        c = self.peek()
+        if c == "\\":
+            self.advance(2)
+        elif c == "'":
+            self.skip_single_quoted()
+        elif c == '"':
+            self.skip_double_quoted()
+        elif c == "`":
+            self.skip_backquoted()
+        elif c == "$" and self.peek(1) in "({":
+            self.skip_dollar()
+        else:
+            return False
+        return True
 
     def skip_single_quoted(self):
         end = self.s.find("'", self.i + 1)
@@ -283,17 +303,7 @@ class Lexer:
                     self.advance()
                     continue
                 break
-            if c == "\\":
-                self.advance(2)
-            elif c == "'":
-                self.skip_single_quoted()
-            elif c == '"':
-                self.skip_double_quoted()
-            elif c == "`":
-                self.skip_backquoted()
-            elif c == "$" and self.peek(1) in "({":
-                self.skip_dollar()
-            else:
+            if not self.skip_quoted():
                 self.advance()
         return self.s[start : self.i]
 
@@ -303,15 +313,9 @@ class Lexer:
         while True:
             if self.i >= len(self.s):
                 self.error(f"unterminated array {head}(")
-            c = self.peek()
-            if c in " \t\n":
-                self.advance()
-            elif c == "\\" and self.peek(1) == "\n":
-                self.advance(2)
-            elif c == "#":
-                while self.i < len(self.s) and self.peek() != "\n":
-                    self.advance()
-            elif c == ")":
+            if self.skip_filler(newlines=True):
+                continue
+            if self.peek() == ")":
                 self.advance()
                 return Token("array", head, line, elements)
             else:

@@ -7,7 +7,9 @@ a section gives SKIP or WARN with the reason; no check raises on odd input.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import math
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -196,12 +198,19 @@ def gpu_driver(m: Machine) -> Finding:
     return Finding(id_, Status.PASS, text)
 
 
-def _need_gpus(m: Machine, id_: str) -> Finding | None:
-    if m.inventory is None:
-        return Finding(id_, Status.SKIP, "No GPU inventory (see gpu.driver).")
-    if not m.inventory.gpus:
-        return Finding(id_, Status.SKIP, "No GPUs listed.")
-    return None
+def needs_gpus(check: Check) -> Check:
+    """A check that reads the GPU inventory SKIPs when there is none (gpu.driver says why)."""
+    id_ = check.__name__.replace("_", ".", 1)
+
+    @functools.wraps(check)
+    def wrapper(m: Machine):
+        if m.inventory is None:
+            return Finding(id_, Status.SKIP, "No GPU inventory (see gpu.driver).")
+        if not m.inventory.gpus:
+            return Finding(id_, Status.SKIP, "No GPUs listed.")
+        return check(m)
+
+    return wrapper
 
 
 def gpu_count(m: Machine) -> Finding:
@@ -232,11 +241,9 @@ def gpu_count(m: Machine) -> Finding:
     return Finding(id_, Status.PASS, text)
 
 
+@needs_gpus
 def gpu_memory(m: Machine) -> Finding:
     id_ = "gpu.memory"
-    skip = _need_gpus(m, id_)
-    if skip:
-        return skip
     busy = [g for g in m.inventory.gpus if (g.used_mib or 0) > 1024 or g.processes]
     if any(g.used_mib is None for g in m.inventory.gpus) and not busy:
         return Finding(id_, Status.SKIP, "GPU memory use was not reported.")
@@ -267,11 +274,9 @@ def _cc(m: Machine) -> tuple[list[str], str]:
     return [], ""
 
 
+@needs_gpus
 def gpu_compute_capability(m: Machine) -> Finding:
     id_ = "gpu.compute_capability"
-    skip = _need_gpus(m, id_)
-    if skip:
-        return skip
     ccs, source = _cc(m)
     if not ccs:
         return Finding(id_, Status.SKIP, "Compute capability not reported and not known for "
@@ -290,11 +295,9 @@ def gpu_compute_capability(m: Machine) -> Finding:
     return Finding(id_, Status.PASS, text + ": bf16 and FP8.")
 
 
+@needs_gpus
 def gpu_mig(m: Machine) -> Finding:
     id_ = "gpu.mig"
-    skip = _need_gpus(m, id_)
-    if skip:
-        return skip
     modes = {g.index: g.mig for g in m.inventory.gpus}
     if all(v is None for v in modes.values()):
         return Finding(id_, Status.SKIP, "MIG mode not reported.")
@@ -306,11 +309,9 @@ def gpu_mig(m: Machine) -> Finding:
     return Finding(id_, Status.PASS, "MIG is off (or not supported).")
 
 
+@needs_gpus
 def gpu_ecc(m: Machine) -> Finding:
     id_ = "gpu.ecc"
-    skip = _need_gpus(m, id_)
-    if skip:
-        return skip
     gpus = m.inventory.gpus
     bad = [g for g in gpus if (g.ecc_uncorrectable or 0) > 0 or g.row_remap_pending]
     if bad:
@@ -327,11 +328,9 @@ def gpu_ecc(m: Machine) -> Finding:
     return Finding(id_, Status.PASS, "ECC is enabled, no uncorrectable errors.")
 
 
+@needs_gpus
 def gpu_topology(m: Machine) -> Finding:
     id_ = "gpu.topology"
-    skip = _need_gpus(m, id_)
-    if skip:
-        return skip
     n = len(m.inventory.gpus)
     if n == 1:
         return Finding(id_, Status.PASS, "Single GPU: no GPU-to-GPU links involved.")
@@ -458,41 +457,36 @@ def _limits(m: Machine) -> dict:
     return facts.parse_ulimits(line.text if line.ok else None, everything.text if everything.ok else None)
 
 
-def container_memlock(m: Machine) -> Finding:
-    id_ = "container.memlock"
-    value = _limits(m).get("memlock")
+def _ulimit(m: Machine, id_: str, key: str, what: str, wanted: float, why: str, fix: str) -> Finding:
+    """One ``ulimit`` value against what slime's docs ask for."""
+    letter = {"memlock": "l", "stack": "s", "nofile": "n"}[key]
+    value = _limits(m).get(key)
     if value is None:
-        return Finding(id_, Status.SKIP, "`ulimit -l` could not be read.")
-    if value == "unlimited":
-        return Finding(id_, Status.PASS, "ulimit -l (locked memory) is unlimited.")
-    return Finding(id_, Status.WARN, f"ulimit -l (locked memory) is {value} KiB: pinned host memory and RDMA "
-                   "registration (NCCL over InfiniBand) can fail.", "Start the container with --ulimit memlock=-1.",
-                   DOCKER_DOC)
+        return Finding(id_, Status.SKIP, f"`ulimit -{letter}` could not be read.")
+    unit = " KiB" if key != "nofile" and value != "unlimited" else ""
+    shown = f"ulimit -{letter} ({what}) is {value}{unit}"
+    if value == "unlimited" or value >= wanted:
+        return Finding(id_, Status.PASS, shown + ".")
+    return Finding(id_, Status.WARN, shown + why, fix, DOCKER_DOC)
+
+
+def container_memlock(m: Machine) -> Finding:
+    return _ulimit(m, "container.memlock", "memlock", "locked memory", math.inf,
+                   ": pinned host memory and RDMA registration (NCCL over InfiniBand) can fail.",
+                   "Start the container with --ulimit memlock=-1.")
 
 
 def container_stack(m: Machine) -> Finding:
-    id_ = "container.stack"
-    value = _limits(m).get("stack")
-    if value is None:
-        return Finding(id_, Status.SKIP, "`ulimit -s` could not be read.")
-    if value == "unlimited" or value >= STACK_WANTED_KIB:
-        return Finding(id_, Status.PASS, f"ulimit -s (stack) is {value}{'' if value == 'unlimited' else ' KiB'}.")
-    return Finding(id_, Status.WARN, f"ulimit -s (stack) is {value} KiB; slime's docs ask for "
-                   "--ulimit stack=67108864, which Docker reads as bytes: 64 MiB, `ulimit -s` 65536.",
-                   "Start the container with --ulimit stack=67108864.", DOCKER_DOC)
+    return _ulimit(m, "container.stack", "stack", "stack", STACK_WANTED_KIB,
+                   "; slime's docs ask for --ulimit stack=67108864, which Docker reads as bytes: 64 MiB, "
+                   "`ulimit -s` 65536.", "Start the container with --ulimit stack=67108864.")
 
 
 def container_nofile(m: Machine) -> Finding:
-    id_ = "container.nofile"
-    value = _limits(m).get("nofile")
-    if value is None:
-        return Finding(id_, Status.SKIP, "`ulimit -n` could not be read.")
-    if value == "unlimited" or value >= NOFILE_WANTED:
-        return Finding(id_, Status.PASS, f"ulimit -n (open files) is {value}.")
-    return Finding(id_, Status.WARN, f"ulimit -n (open files) is {value}; SGLang raises it to {NOFILE_WANTED} "
-                   "when the hard limit allows, and busy engines, the router and Ray hold many sockets.",
-                   "Raise it: `--ulimit nofile=1048576` for Docker, or `ulimit -n 1048576` before starting Ray.",
-                   DOCKER_DOC)
+    return _ulimit(m, "container.nofile", "nofile", "open files", NOFILE_WANTED,
+                   f"; SGLang raises it to {NOFILE_WANTED} when the hard limit allows, and busy engines, the router "
+                   "and Ray hold many sockets.",
+                   "Raise it: `--ulimit nofile=1048576` for Docker, or `ulimit -n 1048576` before starting Ray.")
 
 
 # ---------------------------------------------------------------------------------------------
