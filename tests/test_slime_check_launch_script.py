@@ -157,6 +157,10 @@ def test_unparseable_scripts_raise(tmp_path):
         read_script(write(tmp_path, 'python train.py --x "open\n'))
     with pytest.raises(ScriptError, match="fi"):
         read_script(write(tmp_path, "if true; then\n  echo\n"))
+    with pytest.raises(ScriptError, match="unexpected"):
+        read_script(write(tmp_path, "echo a\nfi\npython train.py\n"))  # a stray keyword, not a hang
+    with pytest.raises(ScriptError, match="unexpected"):
+        read_script(write(tmp_path, "echo a )\n"))
     with pytest.raises(ScriptError):
         read_script(tmp_path / "absent.sh")
 

@@ -393,9 +393,12 @@ class Parser:
             tok = self.peek()
             if tok is None or (tok.kind == "word" and tok.text in stop) or (tok.kind == "op" and tok.text in stop):
                 return nodes
+            start = self.i
             node = self.parse_command()
             if node is not None:
                 nodes.append(node)
+            elif self.i == start:
+                raise ScriptError(f"{self.file}:{tok.line}: unexpected '{tok.text}'")
 
     def parse_command(self):
         tok = self.peek()
