@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from slime_check.config_lint import lint_argv, lint_script
 from slime_check.findings import Status
 from slime_check.launch_script import Origin, Word
@@ -187,8 +186,8 @@ def test_cli_config_exit_codes(tmp_path):
     assert run("config", COLOCATE).returncode == 0
     seeded = run("config", "--slime-dir", SCRIPTS, ASYNC, SEEDED, "--json")
     assert seeded.returncode == 1
-    reports = json.loads(seeded.stdout)["reports"]
-    assert [r["summary"]["FAIL"] for r in reports] == [0, 4]
+    report = json.loads(seeded.stdout)
+    assert [r["summary"]["FAIL"] for r in report["reports"]] == [0, 4] and report["summary"]["FAIL"] == 4
     for args in (["config"], ["config", tmp_path / "absent.sh"], ["config", COLOCATE, "--env", "NOEQUALS"],
                  ["config", "--slime-dir", tmp_path / "absent", COLOCATE]):
         r = run(*args)
@@ -202,7 +201,8 @@ def test_cli_config_exit_codes(tmp_path):
 def test_cli_config_argv_mode():
     r = run("config", "--json", "--", *BASE)
     assert r.returncode == 0, r.stdout
-    assert json.loads(r.stdout)["summary"]["FAIL"] == 0
+    report = json.loads(r.stdout)
+    assert report["summary"]["FAIL"] == 0 and report["reports"][0]["title"] == "command-line arguments"
     r = run("config", "--", *BASE, "--rollout-batchsize", "4")
     assert r.returncode == 1 and "--rollout-batch-size" in r.stdout
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from slime_check.launch_script import ScriptError, arithmetic, read_script
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "slime_scripts"

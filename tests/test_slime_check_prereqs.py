@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from slime_check import facts
 from slime_check.findings import Status
 from slime_check.prereqs import CHECKS, Options, run_prereqs

@@ -8,7 +8,6 @@ import json
 import zipfile
 
 import pytest
-
 from slime_check.config_lint import HOOK_FLAGS
 from slime_check.registry import load_registry
 from slime_check.tools import gen_flag_registry as gen

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import click
+from slime_ref.errors import run_cli
 
 from slime_check import __version__
-from slime_ref.errors import run_cli
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -72,8 +72,9 @@ def capture(out) -> None:
     Only reads: every section is a query command or a file read. Check the result anywhere with
     `slime-check prereqs --fixture FILE`. Values of variables named like tokens or keys are redacted.
     """
-    from slime_check.probes import LiveProbe, write_capture
     from slime_ref.utils.fileio import atomic_write_text
+
+    from slime_check.probes import LiveProbe, write_capture
 
     progress = (lambda name: click.echo(f"capturing {name}", err=True)) if out else None
     text = write_capture(LiveProbe(), progress=progress)
@@ -114,10 +115,11 @@ def config(slime_dir, env, as_json, script_or_args) -> None:
     slime's argument rules, GPU arithmetic, MODEL_ARGS against the HF config.json, hook paths and
     the data file's keys. Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
     """
-    from slime_check.config_lint import Report, lint_argv, lint_script
-    from slime_check.findings import exit_code, render, to_json
-    from slime_check.launch_script import Origin, ScriptError, Word
     from slime_ref.errors import UserError
+
+    from slime_check.config_lint import Report, lint_argv, lint_script
+    from slime_check.findings import counts, exit_code, render, to_json
+    from slime_check.launch_script import Origin, ScriptError, Word
 
     variables = _env_pairs(env)
     args = list(script_or_args)
@@ -134,9 +136,9 @@ def config(slime_dir, env, as_json, script_or_args) -> None:
             except ScriptError as e:
                 raise UserError(f"{e} (the script could not be parsed)") from e
     findings = [f for r in reports for f in r.findings]
-    if as_json:
-        click.echo(to_json(findings) if len(reports) == 1 else json.dumps(
-            {"reports": [json.loads(to_json(r.findings, title=r.title)) for r in reports]}, indent=2))
+    if as_json:  # one report per train invocation, and the summary over all of them
+        click.echo(json.dumps({"summary": counts(findings),
+                               "reports": [json.loads(to_json(r.findings, title=r.title)) for r in reports]}, indent=2))
     else:
         console = _console()
         for r in reports:

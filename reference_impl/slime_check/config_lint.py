@@ -227,7 +227,7 @@ def check_flags(cfg: Config) -> list[Finding]:
                                     "Use its replacement (see `python -m sglang.launch_server --help`).", ARGS_DOC))
         findings += check_value(g)
     findings += cfg.parsed.problems
-    for dest, occurrences in cfg.by_dest.items():
+    for occurrences in cfg.by_dest.values():
         if len(occurrences) < 2 or occurrences[0].flag.repeatable:
             continue
         texts = [" ".join(w.text for w in g.values) for g in occurrences]
@@ -269,10 +269,7 @@ def check_value(g: Given) -> list[Finding]:
                 out.append(Finding("config.value", Status.FAIL, f"{g.name} ({g.where}) expects {flag.type}, got '{text}': "
                                    "argparse stops slime at start-up.", f"Give {g.name} a number.", ARGS_DOC))
                 continue
-        if flag.choices is not None and flag.type not in ("enum",) and flag.convert(text) not in flag.choices:
-            out.append(Finding("config.value", Status.FAIL, f"{g.name} ({g.where}) got '{text}', not one of "
-                               f"{', '.join(map(str, flag.choices))}.", "Pick one of the choices.", ARGS_DOC))
-        elif flag.type == "enum" and flag.choices is not None and text not in flag.choices:
+        if flag.choices is not None and flag.type not in ("enum",) and flag.convert(text) not in flag.choices or flag.type == "enum" and flag.choices is not None and text not in flag.choices:
             out.append(Finding("config.value", Status.FAIL, f"{g.name} ({g.where}) got '{text}', not one of "
                                f"{', '.join(map(str, flag.choices))}.", "Pick one of the choices.", ARGS_DOC))
     return out
@@ -615,7 +612,8 @@ def check_hf_config(cfg: Config) -> list[Finding]:
                 what = f"--num-query-groups {groups}" if gqa else "no --group-query-attention"
                 mismatches.append(f"num_key_value_heads {kv} vs {what}")
     head_dim = hf.get("head_dim")
-    if head_dim is not None:  # Megatron's --kv-channels defaults to hidden_size / heads
+    if head_dim is not None and cfg.get("--multi-latent-attention") is not True:
+        # Megatron's --kv-channels defaults to hidden_size / heads; MLA sizes heads differently.
         channels = cfg.number("--kv-channels")
         hidden, n_heads = cfg.number("--hidden-size"), cfg.number("--num-attention-heads")
         if channels is None and known(hidden, n_heads) and n_heads:
@@ -624,10 +622,10 @@ def check_hf_config(cfg: Config) -> list[Finding]:
             compared += 1
             if channels != head_dim:
                 mismatches.append(f"head_dim {head_dim} vs --kv-channels {channels}")
-    tie = hf.get("tie_word_embeddings", True)
+    tie = hf.get("tie_word_embeddings")  # absent: the model class decides, so it is not compared
     untie = cfg.get("--untie-embeddings-and-output-weights") is True
-    compared += 1
-    if tie == untie:
+    compared += tie is not None
+    if tie is not None and tie == untie:
         mismatches.append(f"tie_word_embeddings {str(tie).lower()} vs {'--untie-embeddings-and-output-weights' if untie else 'tied embeddings (no --untie-embeddings-and-output-weights)'}")
     if mismatches:
         return [Finding(id_, Status.FAIL, f"MODEL_ARGS disagree with {folder}/config.json: {'; '.join(mismatches)}.",
@@ -672,7 +670,7 @@ def check_data(cfg: Config) -> list[Finding]:
             continue
         try:
             rows = first_rows(path)
-        except Exception as e:  # a broken file is the finding, whatever the reader raised
+        except (OSError, ValueError) as e:  # bad JSON, bad parquet (ArrowInvalid is a ValueError)
             out.append(Finding("config.data", Status.FAIL, f"{flag} {value} cannot be read as "
                                f"{'parquet' if path.suffix == '.parquet' else 'JSON lines'}: {e}.",
                                "Use .jsonl (one JSON object per line) or .parquet.", DATA_DOC))
@@ -737,7 +735,7 @@ def lint_script(path: str | Path, slime_dir: str | Path | None = None, env: dict
     reading = read_script(path, slime_dir, env)
     common = script_findings(reading)
     if not reading.invocations:
-        return [Report(str(path), common + [Finding("config.script", Status.FAIL, f"No `python train.py` or "
+        return [Report(str(path), common + [Finding("config.script", Status.FAIL, "No `python train.py` or "
                                                     "`python train_async.py` command found.",
                                                     "Check the script launches slime's train.py.", ARGS_DOC)])]
     reports = []

@@ -262,7 +262,7 @@ def parse_ulimits(line_text: str | None, all_text: str | None) -> dict[str, int 
 def parse_meminfo(text: str) -> dict[str, int]:
     """/proc/meminfo in bytes."""
     values = {}
-    for key, number, unit in re.findall(r"^(\w+):\s+(\d+)\s*(kB)?", text, re.M):
+    for key, number, unit in re.findall(r"^(\w+):\s+(\d+)\s*(kB)?", text, re.MULTILINE):
         values[key] = int(number) * (1024 if unit else 1)
     return values
 
@@ -306,8 +306,8 @@ def parse_packages(text: str) -> dict[str, str]:
 def parse_torch_build(text: str) -> tuple[str | None, str | None]:
     """(torch version, CUDA it was built with; None for a CPU build) from our ``torch build``
     section or from ``python -m torch.utils.collect_env``."""
-    version = re.search(r"^(?:version=|PyTorch version:\s*)(\S+)", text, re.M)
-    cuda = re.search(r"^(?:cuda=|CUDA used to build PyTorch:\s*)(\S+)", text, re.M)
+    version = re.search(r"^(?:version=|PyTorch version:\s*)(\S+)", text, re.MULTILINE)
+    cuda = re.search(r"^(?:cuda=|CUDA used to build PyTorch:\s*)(\S+)", text, re.MULTILINE)
     cuda_value = cuda.group(1) if cuda else None
     if cuda_value in ("None", "N/A", "Could"):
         cuda_value = None
@@ -315,7 +315,7 @@ def parse_torch_build(text: str) -> tuple[str | None, str | None]:
 
 
 def parse_python_version(text: str) -> str | None:
-    match = re.search(r"^(?:Python version:\s*)?(\d+\.\d+\.\d+)", text, re.M)
+    match = re.search(r"^(?:Python version:\s*)?(\d+\.\d+\.\d+)", text, re.MULTILINE)
     return match.group(1) if match else None
 
 

@@ -116,7 +116,7 @@ class Token:
     kind: str  # "word", "nl", "op", "array", "arith"
     text: str
     line: int
-    elements: list["Token"] = field(default_factory=list)  # for "array"
+    elements: list[Token] = field(default_factory=list)  # for "array"
 
 
 class Lexer:
@@ -601,7 +601,7 @@ class Reader:
             if match.group(1) == "BASH_SOURCE" and index == 0:
                 return [str(self.here)]
             return [Sym(f"${{{body}}}")] if index else self.scalar_parts(match.group(1), origin)
-        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(:?[-=+?])(.*)", body, re.S)
+        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(:?[-=+?])(.*)", body, re.DOTALL)
         if match:
             name, op, word = match.groups()
             value = self.lookup(name)
@@ -610,7 +610,7 @@ class Reader:
             parts = None if value is None else self.scalar_parts(name, origin)
             empty = parts is not None and all(isinstance(p, str) for p in parts) and "".join(parts) == ""
             unset = parts is None or (op.startswith(":") and empty)
-            if op.endswith("-") or op.endswith("?"):
+            if op.endswith(("-", "?")):
                 return self.expand_text(word, origin, quoted=True) if unset and op.endswith("-") else (parts or [])
             if op.endswith("="):
                 if unset:
@@ -882,7 +882,7 @@ class Reader:
 
     def run_simple(self, node: Simple):
         tokens = list(node.tokens)
-        origin = lambda tok: Origin(str(self.here), tok.line)  # noqa: E731
+        origin = lambda tok: Origin(str(self.here), tok.line)
         # Leading assignments; with no command after them they set shell variables.
         assigns = []
         while tokens and (tokens[0].kind == "array" or (tokens[0].kind == "word" and ASSIGN.match(tokens[0].text))):

@@ -11,9 +11,9 @@ import functools
 import ipaddress
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable
 
 from slime_check import facts
 from slime_check import probes as P
@@ -441,7 +441,7 @@ def container_ipc(m: Machine) -> Finding:
         return Finding(id_, Status.PASS, "Bare host: the host's IPC namespace.")
     if kind is None:
         return Finding(id_, Status.SKIP, "Container state unknown.")
-    size, source = _shm(m)
+    _, source = _shm(m)
     if source is None:
         return Finding(id_, Status.SKIP, "The /dev/shm mount could not be read.")
     if source == "shm":

@@ -26,9 +26,10 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 COMMAND_TIMEOUT_S = 20.0
 NOT_CAPTURED = None  # rc of a section the capture does not have
@@ -77,8 +78,8 @@ NVSMI_QUERY_FIELDS = (
 
 # Environment variables a capture keeps (the fixture README's filter, plus slime's own).
 ENV_KEEP = re.compile(r"CUDA|NCCL|NVIDIA|TORCH|LD_LIBRARY|PATH|HF_|RAY|SGL|MASTER|NV|SLIME|GLOO|KUBERNETES|MEGATRON")
-ENV_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.I)
-SECRET_ARG = re.compile(r"(--[\w-]*(?:key|token|secret|password)[\w-]*)[ =]\S+", re.I)
+ENV_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+SECRET_ARG = re.compile(r"(--[\w-]*(?:key|token|secret|password)[\w-]*)[ =]\S+", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -233,11 +234,11 @@ def torch_build() -> Output:
         spec = None
     if spec is None or not spec.submodule_search_locations:
         return Output(1, "torch is not installed")
-    version_py = Path(list(spec.submodule_search_locations)[0]) / "version.py"
+    version_py = Path(next(iter(spec.submodule_search_locations))) / "version.py"
     text = read_text_file(str(version_py))
     if not text.ok:
         return text
-    fields = dict(re.findall(r"^(__version__|cuda|hip)\s*(?::\s*\S+)?\s*=\s*['\"]?([^'\"\n]*)['\"]?", text.text, re.M))
+    fields = dict(re.findall(r"^(__version__|cuda|hip)\s*(?::\s*\S+)?\s*=\s*['\"]?([^'\"\n]*)['\"]?", text.text, re.MULTILINE))
     return Output(0, f"version={fields.get('__version__', '?')}\ncuda={fields.get('cuda', 'None') or 'None'}")
 
 
@@ -290,7 +291,7 @@ def megatron_location() -> Output:
     version = None
     if core is not None:
         info = read_text_file(str(core / "core" / "package_info.py"))
-        parts = dict(re.findall(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*['\"]?([^'\"\n]*)", info.text, re.M))
+        parts = dict(re.findall(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*['\"]?([^'\"\n]*)", info.text, re.MULTILINE))
         if parts:
             version = f"{parts.get('MAJOR')}.{parts.get('MINOR')}.{parts.get('PATCH')}{parts.get('PRE_RELEASE', '')}"
     lines.append(f"megatron.core={'present' if core else 'missing'}" + (f" version={version}" if version else ""))
@@ -317,7 +318,7 @@ def module_versions() -> Output:
         if spec is None or not spec.submodule_search_locations:
             lines.append(f"{module}=missing")
             continue
-        text = read_text_file(str(Path(list(spec.submodule_search_locations)[0]) / "version.py")).text
+        text = read_text_file(str(Path(next(iter(spec.submodule_search_locations))) / "version.py")).text
         match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
         lines.append(f"{module}={match.group(1) if match else 'unknown'}")
     return Output(0, "\n".join(lines))

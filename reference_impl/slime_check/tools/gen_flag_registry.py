@@ -46,8 +46,8 @@ import sys
 import tempfile
 import types
 import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "data" / "slime_v0.3.1_flags.json"
 
@@ -325,7 +325,8 @@ def choices_json(choices):
     if choices is None:
         return None
     try:
-        items = list(choices)
+        # A set's order changes from run to run; sort it so the registry regenerates identically.
+        items = sorted(choices, key=str) if isinstance(choices, (set, frozenset)) else list(choices)
     except TypeError:
         return None
     if not items or any(isinstance(c, Stub) for c in items):
@@ -458,7 +459,7 @@ def build_sglang_parser(slime: SourceTree, server_args: types.ModuleType, router
     tagging(router_args.RouterArgs, "router")
     parser = argparse.ArgumentParser(add_help=False)
     module.add_sglang_arguments(parser)
-    return parser, origin, router_args
+    return parser, origin
 
 
 def generate(args) -> dict:
@@ -496,7 +497,7 @@ def generate(args) -> dict:
         tuple(a.option_strings)
         for a in option_actions(build_sglang_parser(slime, load_sglang_server_args(sglang_wheel, slime, False), router_wheel)[0])
     }
-    sglang_parser, origin, router_args = build_sglang_parser(
+    sglang_parser, origin = build_sglang_parser(
         slime, load_sglang_server_args(sglang_wheel, slime, True), router_wheel
     )
     for action in option_actions(sglang_parser):
