@@ -98,6 +98,7 @@ python3 -u \\
     reading = read_script(path)
     assert [w.text for w in reading.invocations[0].argv] == ["--one", "1"]
     assert reading.orphans and reading.orphans[0].words[0].text == "--two"
+    assert reading.orphans[0].origin.line == 13
 
 
 def test_undecided_branches_merge(tmp_path):

@@ -927,7 +927,7 @@ class Reader:
             self.run_nodes(self.functions[head])
             return
         if head is not None and head.startswith("--") and self.result.invocations:
-            self.result.orphans.append(Orphan(words, words[0].origin))
+            self.result.orphans.append(Orphan(words, Origin(str(self.here), node.line)))
             return
         self.find_invocation(words)
 
