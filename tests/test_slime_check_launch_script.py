@@ -147,6 +147,13 @@ python train.py --moe-layer-freq "$FREQ" --k "${arr[@]}"
     assert [w.known for w in inv.argv] == [True, False, True, False]
 
 
+def test_case_blocks_are_noted(tmp_path):
+    path = write(tmp_path, 'case "$M" in\n  a) X=1 ;;\n  *) X=2 ;;\nesac\npython train.py --x $X\n')
+    reading = read_script(path)
+    assert "case block is not followed" in reading.notes[0]
+    assert not reading.invocations[0].argv[1].known
+
+
 def test_functions_are_called(tmp_path):
     path = write(tmp_path, "launch() {\n  python train.py --from-function 1\n}\nlaunch\n")
     assert argv_of(path) == ["--from-function", "1"]

@@ -356,6 +356,15 @@ class Group:
 
 
 @dataclass
+class Opaque:
+    """A construct the reader does not follow (``case``)."""
+
+    what: str
+    line: int
+    assigned: list[str]  # variables assigned inside: unknown after it
+
+
+@dataclass
 class FuncDef:
     name: str
     body: list
@@ -418,7 +427,8 @@ class Parser:
         if tok.kind == "word" and tok.text == "case":
             line = tok.line
             depth = 0
-            while True:  # a case block is read as an undecided branch over its whole text
+            assigned = []
+            while True:  # skipped whole: the reader notes it and forgets what the block assigns
                 cur = self.peek()
                 if cur is None:
                     raise ScriptError(f"{self.file}:{line}: 'esac' missing")
@@ -428,7 +438,9 @@ class Parser:
                     depth -= 1
                     if depth == 0:
                         self.i += 1
-                        return Loop([], line)
+                        return Opaque("case", line, assigned)
+                if cur.kind in ("word", "array") and ASSIGN.match(cur.text):
+                    assigned.append(ASSIGN.match(cur.text).group(1))
                 self.i += 1
         if tok.kind == "word" and tok.text == "{":
             self.i += 1
@@ -782,6 +794,10 @@ class Reader:
                 self.run_nodes(node.body)
             elif isinstance(node, FuncDef):
                 self.functions[node.name] = node.body
+            elif isinstance(node, Opaque):
+                self.vars.update(dict.fromkeys(node.assigned, UNKNOWN))
+                self.result.notes.append(f"{Origin(str(self.here), node.line)}: a {node.what} block is not followed; "
+                                         "variables it sets are unknown here")
 
     def run_if(self, node: If):
         for cond, body in node.clauses:
