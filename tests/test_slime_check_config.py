@@ -219,3 +219,11 @@ def test_cli_prereqs_exit_codes(tmp_path):
     for args in (["--only", "gpus"], ["--fixture", tmp_path / "none.txt"], ["--gpus", "0"], ["--model-params", "x"]):
         r = run("prereqs", *args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_every_problem_names_a_fix_and_a_doc():
+    findings = only(lint_script(SEEDED)) + lint_argv(words(*BASE, "--save-interval", "1", "--tis", "--colocate"))
+    problems = [f for f in findings if f.status in (Status.FAIL, Status.WARN)]
+    assert len(problems) >= 7
+    for f in problems:
+        assert f.fix and f.doc.startswith("https://github.com/THUDM/slime/blob/v0.3.1/"), f

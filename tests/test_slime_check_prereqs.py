@@ -134,6 +134,13 @@ def test_docker_default_64mib_shm(tmp_path):
     assert findings["container.ipc"].status is Status.WARN and "--ipc=host" in findings["container.ipc"].fix
 
 
+def test_private_ipc_with_enough_shm_passes(tmp_path):
+    mounts = "25 24 0:23 / /dev/shm rw,nosuid - tmpfs shm rw,size=16777216k"
+    findings = by_id(run_prereqs(replaced(tmp_path, {"/proc/self/mountinfo": Output(0, mounts), "df -B1 /dev/shm": None})))
+    assert findings["container.shm"].status is Status.PASS and "16.0 GiB" in findings["container.shm"].finding
+    assert findings["container.ipc"].status is Status.PASS and "without --ipc=host" in findings["container.ipc"].finding
+
+
 def test_shm_between_floor_and_wanted_warns(tmp_path):
     df = "Filesystem 1B-blocks Used Available Use% Mounted on\ntmpfs 8589934592 0 8589934592 0% /dev/shm"
     findings = by_id(run_prereqs(replaced(tmp_path, {"df -B1 /dev/shm": Output(0, df)})))

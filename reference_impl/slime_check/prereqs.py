@@ -441,12 +441,14 @@ def container_ipc(m: Machine) -> Finding:
         return Finding(id_, Status.PASS, "Bare host: the host's IPC namespace.")
     if kind is None:
         return Finding(id_, Status.SKIP, "Container state unknown.")
-    _, source = _shm(m)
+    size, source = _shm(m)
     if source is None:
         return Finding(id_, Status.SKIP, "The /dev/shm mount could not be read.")
     if source == "shm":
-        return Finding(id_, Status.WARN, "/dev/shm is the container's private mount (a private IPC namespace): "
-                       "the container was started without --ipc=host.",
+        private = "/dev/shm is the container's private mount: it was started without --ipc=host"
+        if size is not None and size >= SHM_WANTED:
+            return Finding(id_, Status.PASS, private + ", but its 16 GiB+ /dev/shm serves the processes inside it.")
+        return Finding(id_, Status.WARN, private + " and with a small /dev/shm.",
                        "Start it with --ipc=host as slime's docs do (or at least --shm-size=16g).", DOCKER_DOC)
     return Finding(id_, Status.PASS, f"/dev/shm is not Docker's private shm mount (source '{source}'), as with --ipc=host.")
 
