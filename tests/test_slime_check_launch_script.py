@@ -53,6 +53,24 @@ def test_source_relative_to_slime_dir():
     assert "--swiglu" in argv and "--prompt-data" in argv  # MODEL_ARGS and the += array
 
 
+def test_script_folder_idioms(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m.sh").write_text("MODEL_ARGS=(--num-layers 3)\n")
+    (tmp_path / "examples" / "x").mkdir(parents=True)
+    path = write(tmp_path / "examples" / "x", """
+ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." &>/dev/null && pwd)"
+source "${ROOT}/models/m.sh"
+python3 "${ROOT}/train.py" ${MODEL_ARGS[@]}
+""")
+    assert argv_of(path) == ["--num-layers", "3"]
+
+
+def test_another_machines_path_is_read_from_slime_dir(tmp_path):
+    path = write(tmp_path, "source /root/slime/scripts/models/qwen3-tiny.sh\npython train.py ${MODEL_ARGS[@]}\n")
+    reading = read_script(path, slime_dir=SCRIPTS)
+    assert not reading.notes and reading.substituted and "--swiglu" in [w.text for w in reading.invocations[0].argv]
+
+
 def test_missing_source_is_a_note(tmp_path):
     path = write(tmp_path, "source scripts/models/nope.sh\npython3 train.py --lr 1\n")
     reading = read_script(path)

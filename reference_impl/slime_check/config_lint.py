@@ -720,6 +720,8 @@ def script_findings(reading) -> list[Finding]:
     out = []
     for note in reading.notes:
         out.append(Finding("config.script", Status.WARN, note, "Fix the path, or pass --slime-dir.", ARGS_DOC))
+    if reading.substituted:
+        out.append(Finding("config.script", Status.PASS, "Read from --slime-dir: " + "; ".join(reading.substituted) + "."))
     for orphan in reading.orphans:
         flags = [w.text for w in orphan.words if w.known and w.text.startswith("--")]
         out.append(Finding("config.script", Status.FAIL, f"{orphan.origin}: a command starts with {orphan.words[0].text}: "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,7 @@ class ScriptReading:
     orphans: list[Orphan] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # things the reader could not follow
     sourced: list[str] = field(default_factory=list)
+    substituted: list[str] = field(default_factory=list)  # another machine's path read from --slime-dir
 
 
 class ScriptError(Exception):
@@ -636,8 +638,17 @@ class Reader:
         return [Sym(f"${{{body}}}")]
 
     def command_substitution(self, inner: str) -> list:
-        if "dirname" in inner and "BASH_SOURCE" in inner:
-            return [str(self.here.parent.resolve())]
+        """``$(dirname X)`` and ``$(cd X && pwd)`` (how scripts find their own folder); else symbolic."""
+        origin = Origin(str(self.here), 0)
+        dirname = re.fullmatch(r"\s*dirname\s+(?:--\s+)?(.+?)\s*", inner, re.DOTALL)
+        cd_pwd = re.fullmatch(r"\s*cd\s+(?:--\s+)?(.+?)\s*(?:(?:&>|2?>)\s*/dev/null\s*(?:2>&1\s*)?)?&&\s*pwd\s*",
+                              inner, re.DOTALL)
+        match = dirname or cd_pwd
+        if match:
+            words = self.expand_word(match.group(1), origin)
+            if len(words) == 1 and words[0].known and words[0].text.startswith("/"):
+                path = Path(words[0].text)
+                return [str(path.parent) if dirname else str(Path(os.path.normpath(path)))]
         return [Sym(f"$({inner.strip()[:60]})")]
 
     def arithmetic_expansion(self, inner: str, origin: Origin) -> list:
@@ -966,18 +977,25 @@ class Reader:
                                      "(its path is not known); flags it defines are missing")
             return
         path = Path(word.text).expanduser()
-        candidates = [path] if path.is_absolute() else [self.here.parent / path]
-        if self.slime_dir is not None and not path.is_absolute():
-            candidates.append(self.slime_dir / path)
-        if self.slime_dir is not None and "models" in path.parts:
-            candidates.append(self.slime_dir / "scripts" / "models" / path.name)
+        # Relative paths resolve against the working directory: slime's scripts run from the checkout.
+        if path.is_absolute():
+            candidates = [path]
+        else:
+            candidates = ([self.slime_dir / path] if self.slime_dir else []) + [self.here.parent / path]
+        fallback = self.slime_dir / "scripts" / "models" / path.name if self.slime_dir and "models" in path.parts else None
         found = next((c for c in candidates if c.is_file()), None)
+        if found is None and fallback is not None and fallback.is_file():
+            found = fallback
+            inside = self.slime_dir.resolve() in Path(os.path.normpath(path)).parents or not path.is_absolute()
+            if inside:  # the script's own path is wrong wherever it runs
+                self.result.notes.append(f"{word.origin}: sourced file {word.text} does not exist; "
+                                         f"read {found} instead")
+            else:  # a path on the machine the script was written for, e.g. /root/slime/...
+                self.result.substituted.append(f"{word.text} -> {found}")
         if found is None:
             hint = "" if self.slime_dir else " (pass --slime-dir to read slime's scripts/models/)"
             self.result.notes.append(f"{word.origin}: sourced file {word.text} not found{hint}")
             return
-        if found != candidates[0]:
-            self.result.notes.append(f"{word.origin}: sourced file {word.text} does not exist; read {found} instead")
         self.result.sourced.append(str(found))
         if len(self.files) > 20:
             raise ScriptError(f"{found}: sourced too deeply")
