@@ -76,10 +76,15 @@ def capture(out) -> None:
 
     from slime_check.probes import LiveProbe, write_capture
 
+    from slime_ref.errors import UserError
+
     progress = (lambda name: click.echo(f"capturing {name}", err=True)) if out else None
     text = write_capture(LiveProbe(), progress=progress)
     if out:
-        atomic_write_text(Path(out), text)
+        try:
+            atomic_write_text(Path(out), text)
+        except OSError as e:
+            raise UserError(f"--out {out}: {e.strerror or e}; choose a writable path") from e
         click.echo(f"wrote {out}", err=True)
     else:
         click.echo(text, nl=False)
