@@ -27,7 +27,6 @@ from importlib import resources
 from typing import Any
 
 REGISTRY_FILE = "slime_v0.3.1_flags.json"
-ZERO_ARG = 0  # nargs of a switch
 
 
 @dataclass(frozen=True)
@@ -50,10 +49,6 @@ class Flag:
     @property
     def name(self) -> str:
         return self.flags[0]
-
-    @property
-    def takes_value(self) -> bool:
-        return self.nargs != ZERO_ARG
 
     @property
     def deprecated(self) -> bool:
