@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import click
+from slime_ref.errors import run_cli
 
 from slime_check import __version__
 from slime_check.skill_install import skill
-from slime_ref.errors import run_cli
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -21,6 +25,134 @@ def cli() -> None:
 
 
 cli.add_command(skill)
+
+
+def _console():
+    from rich.console import Console
+
+    # Piped output keeps whole lines (doc links must not be cut), a terminal wraps to its width.
+    return Console() if sys.stdout.isatty() else Console(width=200, soft_wrap=True)
+
+
+def _finish(findings, title: str, as_json: bool, **extra) -> None:
+    from slime_check.findings import exit_code, render, to_json
+
+    if as_json:
+        click.echo(to_json(findings, **extra))
+    else:
+        render(findings, title, _console())
+    sys.exit(exit_code(findings))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option("--only", "only", multiple=True, type=click.Choice(["gpu", "container", "packages", "system"]),
+              help="Run one group of checks (repeatable).")
+@click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs the run needs; fewer is a FAIL.")
+@click.option("--fixture", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Check a captured machine (a `slime-check capture` file) instead of this one.")
+@click.option("--ckpt-dir", default=".", show_default=True, help="Where checkpoints will be saved (free disk check).")
+@click.option("--model-params", type=click.FloatRange(min=0, min_open=True), default=None, metavar="BILLIONS",
+              help="Model size in billions of parameters, for the RAM and disk estimates.")
+def prereqs(as_json, only, gpus, fixture, ckpt_dir, model_params) -> None:
+    """Check GPUs, container, packages and system against slime v0.3.1's needs.
+
+    Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
+    """
+    from slime_check.prereqs import Options, run_prereqs
+    from slime_check.probes import CaptureProbe, LiveProbe
+
+    probe = CaptureProbe(fixture) if fixture else LiveProbe()
+    findings = run_prereqs(probe, Options(gpus=gpus, ckpt_dir=ckpt_dir, model_params_b=model_params), list(only))
+    _finish(findings, f"slime-check prereqs: {probe.origin}", as_json, origin=probe.origin)
+
+
+@cli.command()
+@click.option("--out", "out", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the capture here (default: standard output).")
+def capture(out) -> None:
+    """Capture this machine (GPU, container, packages, system) in the capture format.
+
+    Only reads: every section is a query command or a file read. Check the result anywhere with
+    `slime-check prereqs --fixture FILE`. Values of variables named like tokens or keys are redacted.
+    """
+    from slime_ref.utils.fileio import atomic_write_text
+
+    from slime_check.probes import LiveProbe, write_capture
+
+    from slime_ref.errors import UserError
+
+    progress = (lambda name: click.echo(f"capturing {name}", err=True)) if out else None
+    text = write_capture(LiveProbe(), progress=progress)
+    if out:
+        try:
+            atomic_write_text(Path(out), text)
+        except OSError as e:
+            raise UserError(f"--out {out}: {e.strerror or e}; choose a writable path") from e
+        click.echo(f"wrote {out}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
+    from slime_ref.errors import UserError
+
+    env = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.replace("_", "a").isalnum():
+            raise UserError(f"--env {item}: expected NAME=VALUE")
+        env[key] = value
+    return env
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--slime-dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="A slime checkout: sourced scripts/models/*.sh are read from it.")
+@click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
+              help="A variable the script reads from the environment (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.argument("script_or_args", nargs=-1, required=True, type=click.UNPROCESSED)
+def config(slime_dir, env, as_json, script_or_args) -> None:
+    """Lint launch scripts (run-*.sh) or a train.py argument list.
+
+    \b
+      slime-check config --slime-dir ~/slime scripts/run-qwen3-4B.sh
+      slime-check config -- --rollout-batch-size 32 --n-samples-per-prompt 8 ...
+
+    Reports unknown flags (slime ignores them silently), flags given twice, the batch identity,
+    slime's argument rules, GPU arithmetic, MODEL_ARGS against the HF config.json, hook paths and
+    the data file's keys. Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
+    """
+    from slime_ref.errors import UserError
+
+    from slime_check.config_lint import Report, lint_argv, lint_script
+    from slime_check.findings import counts, exit_code, render, to_json
+    from slime_check.launch_script import Origin, ScriptError, Word
+
+    variables = _env_pairs(env)
+    args = list(script_or_args)
+    reports: list[Report] = []
+    if args[0].startswith("-"):
+        argv = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(args)]
+        reports.append(Report("command-line arguments", lint_argv(argv)))
+    else:
+        for item in args:
+            if not Path(item).is_file():
+                raise UserError(f"{item}: no such script (give launch scripts, or `--` and train.py arguments)")
+            try:
+                reports += lint_script(item, slime_dir, variables)
+            except ScriptError as e:
+                raise UserError(f"{e} (the script could not be parsed)") from e
+    findings = [f for r in reports for f in r.findings]
+    if as_json:  # one report per train invocation, and the summary over all of them
+        click.echo(json.dumps({"summary": counts(findings),
+                               "reports": [json.loads(to_json(r.findings, title=r.title)) for r in reports]}, indent=2))
+    else:
+        console = _console()
+        for r in reports:
+            render(r.findings, f"slime-check config: {r.title}", console)
+    sys.exit(exit_code(findings))
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Maintenance tools for slime-check (not used at run time)."""
