@@ -194,3 +194,15 @@ def test_unparseable_scripts_raise(tmp_path):
                                         ("x + 1", None), ("1 / 0", None)])
 def test_arithmetic(expr, value):
     assert arithmetic(expr) == value
+
+
+@pytest.mark.parametrize("command, entry", [("train", "train.py"), ("train-async", "train_async.py")])
+def test_slime_ref_commands_are_entry_points(tmp_path, command, entry):
+    path = write(tmp_path, f"ARGS=(--lr 1e-6\n  --colocate)\nslime-ref {command} \\\n  \"${{ARGS[@]}}\" --seed 3\n")
+    (inv,) = read_script(path).invocations
+    assert inv.entry == entry
+    assert [w.text for w in inv.argv] == ["--lr", "1e-6", "--colocate", "--seed", "3"]
+
+
+def test_other_slime_ref_commands_are_not_entry_points(tmp_path):
+    assert read_script(write(tmp_path, "slime-ref plot run/\n")).invocations == []

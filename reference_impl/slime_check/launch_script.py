@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ENTRY_POINTS = ("train.py", "train_async.py")
+# slime-ref's commands take the same flags as slime's entry points
+SLIME_REF_ENTRY_POINTS = {"train": "train.py", "train-async": "train_async.py"}
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 OPERATORS = ("&&", "||", ";;", ";", "|", "&", "(", ")")
@@ -1010,6 +1012,11 @@ class Reader:
                 runner = True
             elif runner and base in ENTRY_POINTS:
                 self.result.invocations.append(Invocation(base, words[k + 1:], w.origin, self.depth > 0))
+                return
+            elif base == "slime-ref" and k + 1 < len(words) and words[k + 1].known \
+                    and words[k + 1].text in SLIME_REF_ENTRY_POINTS:
+                entry = SLIME_REF_ENTRY_POINTS[words[k + 1].text]
+                self.result.invocations.append(Invocation(entry, words[k + 2:], w.origin, self.depth > 0))
                 return
 
 
