@@ -338,3 +338,13 @@ def test_filter_flag_loads_the_builtin_filter():
     args = make_args("--dynamic-sampling-filter-path", "slime_ref.rollout.filters.check_reward_nonzero_std")
     fn = load_function(args.dynamic_sampling_filter_path, "--dynamic-sampling-filter-path")
     assert not call_dynamic_filter(fn, args, _group(0.0, 0.0)).keep
+
+
+@pytest.mark.parametrize("slime_path", sorted(__import__("slime_ref.utils.hooks", fromlist=["x"]).SLIME_BUILTINS))
+def test_slime_builtin_hook_paths_load_slime_refs_equivalent(slime_path):
+    from slime_ref.utils.hooks import SLIME_BUILTINS
+
+    check_hook_path(slime_path, "--rollout-function-path")
+    ours = SLIME_BUILTINS[slime_path]
+    module, _, attr = ours.rpartition(".")
+    assert load_function(slime_path, "--rollout-function-path") is getattr(__import__(module, fromlist=[attr]), attr)

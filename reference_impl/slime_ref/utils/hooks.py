@@ -15,6 +15,18 @@ from typing import Any
 
 from slime_ref.errors import UserError
 
+# slime's own built-in hooks, so a slime launch script runs unchanged: slime path -> slime-ref's equivalent
+SLIME_BUILTINS = {
+    "slime.rollout.sglang_rollout.generate_rollout": "slime_ref.rollout.sglang_rollout.generate_rollout",
+    "slime.rollout.sft_rollout.generate_rollout": "slime_ref.rollout.sft_rollout.generate_rollout",
+    "slime.rollout.data_source.RolloutDataSource": "slime_ref.data.source.RolloutDataSource",
+    "slime.rollout.data_source.RolloutDataSourceWithBuffer": "slime_ref.data.source.RolloutDataSourceWithBuffer",
+    "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std":
+        "slime_ref.rollout.filters.check_reward_nonzero_std",
+    "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std_with_fallback":
+        "slime_ref.rollout.filters.check_reward_nonzero_std_with_fallback",
+}
+
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 FIX = "use a dotted path like my_pkg.rewards.fn, importable on PYTHONPATH"
 
@@ -26,7 +38,7 @@ def _split(path: str, flag: str) -> tuple[str, str]:
         raise UserError(f"{flag} {path!r}: a file path, not an import path; {FIX}")
     if not _DOTTED.match(path):
         raise UserError(f"{flag} {path!r}: not a dotted import path module.function; {FIX}")
-    module_name, _, attr = path.rpartition(".")
+    module_name, _, attr = SLIME_BUILTINS.get(path, path).rpartition(".")
     return module_name, attr
 
 
