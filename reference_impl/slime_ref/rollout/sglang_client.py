@@ -105,6 +105,7 @@ class SGLangClient:
         self.backoff_s = backoff_s
         self.max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
 
     async def __aenter__(self) -> SGLangClient:
         return self
@@ -118,7 +119,12 @@ class SGLangClient:
             self._session = None
 
     def _get_session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is not None and not self._session.closed and self._session_loop is not loop:
+            raise RuntimeError(f"SGLangClient({self.base_url}) is bound to another event loop; "
+                               "create one client per event loop (e.g. inside each asyncio.run)")
         if self._session is None or self._session.closed:
+            self._session_loop = loop
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_connections),
                 trust_env=False,  # engine traffic is internal; never through a proxy
