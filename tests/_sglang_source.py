@@ -18,6 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SGLANG_VERSION = "0.5.15.post1"
+# meta_info keys of a real SGLang 0.5.15.post1 /generate answer with return_logprob, captured on an
+# H200 (../shared/notes/sglang-offline-gpu.md). They come from the tokenizer manager, not from the
+# files parsed here.
+SGLANG_META_INFO_KEYS = {
+    "id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "cached_tokens_details",
+    "weight_version", "num_retractions", "input_token_logprobs", "output_token_logprobs",
+    "output_token_logprobs_length", "reasoning_tokens", "dp_rank", "e2e_latency", "response_sent_to_client_ts",
+}
 _FILES = {
     "http_server": "sglang/srt/entrypoints/http_server.py",
     "io_struct": "sglang/srt/managers/io_struct.py",

@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 from _engines import InProcessEngine
+from _reference import hf_logprobs
 from slime_ref.engine.model_runner import ModelRunner
 from slime_ref.rollout.sglang_client import EngineError, SGLangClient
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
@@ -37,12 +38,9 @@ def run(coro_fn, url, **client_kwargs):
     return asyncio.run(main())
 
 
-@torch.inference_mode()
 def reference_logprobs(model, prompt, response, temperature=1.0):
     """What the trainer computes: log_softmax(logits / T) of each response token, fp32."""
-    logits = model(torch.tensor([prompt + response])).logits[0].float()
-    logprobs = torch.log_softmax(logits / temperature, dim=-1)
-    return [float(logprobs[len(prompt) - 1 + i, tok]) for i, tok in enumerate(response)]
+    return hf_logprobs(model, prompt + response, temperature)[len(prompt) - 1:].tolist()
 
 
 async def wait_until(client, predicate, timeout_s=30.0):
@@ -252,7 +250,7 @@ def test_pause_abort_mode_ends_running_requests_and_holds_new_ones(engine):
         await wait_until(c, lambda s: s["num_running_reqs"] == 1)
         await c.pause_generation()  # SGLang's default mode: abort
         aborted = await running
-        held = asyncio.create_task(c.generate(PROMPT, {"max_new_tokens": 4}))
+        held = asyncio.create_task(c.generate(PROMPT, {"max_new_tokens": 4, "ignore_eos": True}))
         await wait_until(c, lambda s: s["num_waiting_reqs"] == 1)
         assert not held.done()
         await c.continue_generation()
@@ -302,12 +300,15 @@ def test_pause_retract_recomputes_and_gives_the_same_tokens(engine, hf):
     assert max(abs(a - b) for a, b in zip(retracted.output_log_probs, expected)) < 1e-5
 
 
-def test_abort_request_by_rid_prefix(engine):
+def test_abort_request_by_rid(engine):
     async def go(c):
         mine = asyncio.create_task(c.generate(PROMPT, LONG, rid="batch7-sample3"))
         other = asyncio.create_task(c.generate(PROMPT, {"max_new_tokens": 30, "ignore_eos": True}, rid="batch8-x"))
         await wait_until(c, lambda s: s["num_running_reqs"] == 2)
-        await c.abort_request(rid="batch7")
+        await c.abort_request(rid="batch7")  # not an rid of any request: SGLang ignores it
+        await wait_until(c, lambda s: s["num_running_reqs"] == 1)  # "other" finished, "mine" still runs
+        assert not mine.done()
+        await c.abort_request(rid="batch7-sample3")
         return await mine, await other
 
     mine, other = run(go, engine.url)
@@ -319,7 +320,7 @@ def test_release_and_resume_memory(engine):
     async def go(c):
         await c.release_memory_occupation()
         assert not engine.server.runner.kv_pool_allocated
-        held = asyncio.create_task(c.generate(PROMPT, {"max_new_tokens": 3}))
+        held = asyncio.create_task(c.generate(PROMPT, {"max_new_tokens": 3, "ignore_eos": True}))
         await wait_until(c, lambda s: s["num_waiting_reqs"] == 1)
         await c.resume_memory_occupation()
         return await held

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from _reference import hf_logprobs, perturbed_model
 from slime_ref.errors import UserError
 from slime_ref.rollout import weight_transfer
 from slime_ref.rollout.servers import RolloutServers, free_port, passthrough_flags
@@ -45,13 +46,6 @@ def finished_per_engine(urls):
     return asyncio.run(go())
 
 
-@torch.inference_mode()
-def hf_logprobs(model, ids):
-    """log_softmax(logits) of tokens 1..n given their prefix, fp32 (what the trainer computes)."""
-    logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
-    return torch.tensor([float(logprobs[p - 1, ids[p]]) for p in range(1, len(ids))])
-
-
 def test_router_spreads_256_concurrent_requests_round_robin(servers, tiny):
     before = finished_per_engine(servers.engine_urls)
 
@@ -72,15 +66,6 @@ def test_router_spreads_256_concurrent_requests_round_robin(servers, tiny):
         prompt = SEQUENCE[: 3 + i % 5]
         expected = hf_logprobs(model, prompt + outs[i].output_ids)[len(prompt) - 1:]
         assert (torch.tensor(outs[i].output_log_probs) - expected).abs().max().item() < 1e-5
-
-
-def _perturbed(model_dir, seed):
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(0.05 * torch.randn(param.shape, generator=generator))
-    return model
 
 
 def _scores(urls, weight_version):
@@ -118,7 +103,7 @@ def test_three_weight_updates_reach_every_engine_exactly(servers, tiny, tmp_path
                 await c.close()
 
     # 1. from disk: an HF safetensors directory
-    model = _perturbed(tiny.model_dir, seed=1)
+    model = perturbed_model(tiny.model_dir, seed=1)
     model.save_pretrained(tmp_path / "step1")
 
     async def disk(clients):
@@ -131,7 +116,7 @@ def test_three_weight_updates_reach_every_engine_exactly(servers, tiny, tmp_path
     current = hf_logprobs(model, SEQUENCE)
 
     # 2. distributed: trainer rank 0 broadcasts over a gloo group, in several buckets
-    model = _perturbed(tiny.model_dir, seed=2)
+    model = perturbed_model(tiny.model_dir, seed=2)
 
     async def distributed(clients):
         group = await weight_transfer.connect_engines(clients, master_address="127.0.0.1", master_port=free_port(),
@@ -146,7 +131,7 @@ def test_three_weight_updates_reach_every_engine_exactly(servers, tiny, tmp_path
     current = hf_logprobs(model, SEQUENCE)
 
     # 3. tensor handles: shared-memory tensors, only handles over HTTP
-    model = _perturbed(tiny.model_dir, seed=3)
+    model = perturbed_model(tiny.model_dir, seed=3)
     asyncio.run(on_engines(lambda clients: weight_transfer.push_tensors(clients, model.named_parameters(),
                                                                         weight_version="3")))
     _assert_engines_score_like(urls, model, current, "3")

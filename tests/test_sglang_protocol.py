@@ -12,18 +12,9 @@ import inspect
 
 import pytest
 from _engines import InProcessEngine
-from _sglang_source import SGLANG_VERSION, fetch_wheel, parse_wheel
+from _sglang_source import SGLANG_META_INFO_KEYS, SGLANG_VERSION, fetch_wheel, parse_wheel
 from slime_ref.engine.sampling import SamplingParams
 from slime_ref.rollout.sglang_client import SAMPLING_PARAM_NAMES, EngineError, SGLangClient
-
-# meta_info keys of a real SGLang 0.5.15.post1 /generate answer with return_logprob, captured on an
-# H200 (../shared/notes/sglang-offline-gpu.md). They come from the tokenizer manager, not the files
-# parsed here.
-SGLANG_META_INFO_KEYS = {
-    "id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "cached_tokens_details",
-    "weight_version", "num_retractions", "input_token_logprobs", "output_token_logprobs",
-    "output_token_logprobs_length", "reasoning_tokens", "dp_rank", "e2e_latency", "response_sent_to_client_ts",
-}
 
 # One call per public client method, with arguments that exercise every field it can send.
 CLIENT_CALLS = {

@@ -176,7 +176,10 @@ class Scheduler:
         self._waiting.append(req)
 
     def _abort(self, rid: str, abort_all: bool) -> None:
-        # SGLang matches rids by prefix.
+        # As SGLang: an rid no request has exactly is ignored; a known one also ends the requests
+        # whose rid starts with it (the scheduler matches by prefix).
+        if not abort_all and not any(r.rid == rid for r in [*self._waiting, *self._running]):
+            return
         for req in [r for r in self._waiting if abort_all or r.rid.startswith(rid)]:
             self._waiting.remove(req)
             self._finish(req, {"type": "abort", "message": "Abort in waiting queue", "status_code": None,

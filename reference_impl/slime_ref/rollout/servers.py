@@ -45,6 +45,18 @@ _LAUNCHER_OWNED = {"model-path", "host", "port", "random-seed", "base-gpu-id", "
 _BUILTIN_FLAGS = {"context-length", "max-running-requests", "dtype", "weight-version", "skip-server-warmup"}
 _ROUTER_OWNED = {"host", "port", "worker-urls", "prometheus-port"}
 
+# Real SGLang 0.5.15.post1 flags known to start on an offline H200 with the slim wheel set
+# (skill/scripts/build_sglang_wheelset.sh): triton attention and torch sampling need no FA3 kernels.
+SGLANG_OFFLINE_GPU_FLAGS = [
+    "--sglang-mem-fraction-static", "0.3", "--sglang-attention-backend", "triton",
+    "--sglang-sampling-backend", "pytorch", "--sglang-grammar-backend", "none",
+]
+# Decode with CUDA graphs (faster, ~30 s more start-up) or without any.
+SGLANG_CUDA_GRAPH_FLAGS = {
+    True: ["--sglang-cuda-graph-backend-prefill", "disabled", "--sglang-cuda-graph-max-bs-decode", "256"],
+    False: ["--sglang-cuda-graph-backend-decode", "disabled", "--sglang-cuda-graph-backend-prefill", "disabled"],
+}
+
 
 def passthrough_flags(values: Sequence[str] | Mapping[str, Any], prefix: str) -> list[str]:
     """Rename prefixed flags for the target program: ``--sglang-mem-fraction-static 0.3`` ->
