@@ -101,6 +101,8 @@ def build_qwen3_0_6b_shape(out: Path) -> Path:
     """Random bf16 weights in Qwen3-0.6B's shape, saved as an HF checkpoint (built on the GPU)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    from slime_ref.assets import build_tokenizer
+
     if (out / "config.json").is_file():
         return out
     torch.manual_seed(0)
@@ -108,6 +110,7 @@ def build_qwen3_0_6b_shape(out: Path) -> Path:
     with torch.device("cuda"):
         model = Qwen3ForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(out)
+    build_tokenizer().save_pretrained(out)  # a complete HF directory, though the bench skips tokenizing
     del model
     torch.cuda.empty_cache()
     return out

@@ -108,7 +108,8 @@ def test_generate_with_logprobs_matches_transformers(live):
 def test_stop_token_ends_generation_and_stays_in_output_ids(live):
     ids = prompt_ids(live)
     free = call(live, lambda c: c.generate(ids, {"temperature": 0.0, "max_new_tokens": 12, "ignore_eos": True}))
-    k = next(i for i in range(1, 12) if free.output_ids[i] not in free.output_ids[:i])
+    # the first token not seen before (a tiny random model may repeat one token: then the first)
+    k = next((i for i in range(1, 12) if free.output_ids[i] not in free.output_ids[:i]), 0)
     stop = free.output_ids[k]
     out = call(live, lambda c: c.generate(ids, {"temperature": 0.0, "max_new_tokens": 12, "stop_token_ids": [stop]}))
     assert out.output_ids == free.output_ids[: k + 1]

@@ -14,6 +14,7 @@ import pytest
 from _engines import InProcessEngine
 from _sglang_source import SGLANG_META_INFO_KEYS, SGLANG_VERSION, fetch_wheel, parse_wheel
 from slime_ref.engine.sampling import SamplingParams
+from slime_ref.rollout.servers import SGLANG_CUDA_GRAPH_FLAGS, SGLANG_OFFLINE_GPU_FLAGS, RolloutServers
 from slime_ref.rollout.sglang_client import SAMPLING_PARAM_NAMES, EngineError, SGLangClient
 
 # One call per public client method, with arguments that exercise every field it can send.
@@ -100,6 +101,16 @@ def test_sampling_params_exist_in_sglang_and_the_builtin_engine(sglang):
         SamplingParams.from_request({"frequency_penalty": 0.5})
     with pytest.raises(ValueError, match="unknown sampling parameter"):
         SamplingParams.from_request({"temprature": 0.5})
+
+
+def test_flags_the_launcher_gives_real_sglang_are_server_args(sglang, tiny, tmp_path):
+    flags = [*SGLANG_OFFLINE_GPU_FLAGS, *SGLANG_CUDA_GRAPH_FLAGS[True], *SGLANG_CUDA_GRAPH_FLAGS[False],
+             "--sglang-dtype", "bfloat16", "--sglang-skip-tokenizer-init"]
+    servers = RolloutServers(tiny.model_dir, log_dir=tmp_path, engine="sglang", sglang_flags=flags)
+    command = servers._engine_command(0, 30000)
+    names = [token[2:].replace("-", "_") for token in command[3:] if token.startswith("--")]
+    unknown = sorted(set(names) - sglang.server_args)
+    assert not unknown, f"not SGLang {SGLANG_VERSION} server arguments: {unknown}"
 
 
 def test_router_probe_routes_exist_in_sglang(sglang):
