@@ -329,6 +329,24 @@ def test_release_and_resume_memory(engine):
     assert engine.server.runner.kv_pool_allocated and len(out.output_ids) == 3
 
 
+def test_release_while_paused_recomputes_the_paused_requests(engine, hf):
+    params = {"temperature": 1.0, "max_new_tokens": 80, "ignore_eos": True, "sampling_seed": 3}
+
+    async def go(c):
+        running = asyncio.create_task(c.generate(PROMPT, params))
+        await wait_until(c, lambda s: s["num_generated_tokens"] > 0 and s["num_running_reqs"] == 1)
+        await c.pause_generation("in_place")  # as colocated training does before offloading the engine
+        await c.release_memory_occupation()
+        await c.resume_memory_occupation()
+        await c.continue_generation()
+        return await running
+
+    out = run(go, engine.url)
+    assert out.meta_info["num_retractions"] == 1 and len(out.output_ids) == 80
+    expected = reference_logprobs(hf, PROMPT, out.output_ids)
+    assert max(abs(a - b) for a, b in zip(out.output_log_probs, expected)) < 1e-5
+
+
 # ------------------------------------------------------------------------------------------------
 # bad input: a 400 that names the problem
 

@@ -354,8 +354,13 @@ class EngineServer:
         body = await self._body(request)
         _check_fields(body, {"tags", "rid"}, "/release_memory_occupation")
         tags = body.get("tags")
+
+        def release():
+            self.scheduler.retract_running()  # paused in-place requests lose their keys: recompute later
+            self.runner.free_kv_pool()
+
         if tags is None or "kv_cache" in tags:
-            await self._on_scheduler(self.runner.free_kv_pool, exclusive=True)
+            await self._on_scheduler(release, exclusive=True)
         return web.json_response(None)
 
     async def resume_memory_occupation(self, request: web.Request) -> web.StreamResponse:

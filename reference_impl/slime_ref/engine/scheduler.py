@@ -242,9 +242,12 @@ class Scheduler:
         if len(req.output_ids) >= req.max_new_tokens:
             return {"type": "length", "length": req.max_new_tokens}
         if req.params.stop:
-            text = self.tokenizer.decode(req.output_ids, skip_special_tokens=req.params.skip_special_tokens)
+            # A stop string ends within the last len(stop) tokens (plus slack for tokens that decode to
+            # nothing), so only that tail is decoded each step, as SGLang does.
+            window = max(len(stop) for stop in req.params.stop) + 8
+            tail = self.tokenizer.decode(req.output_ids[-window:], skip_special_tokens=req.params.skip_special_tokens)
             for stop in req.params.stop:
-                if stop in text:
+                if stop in tail:
                     return {"type": "stop", "matched": stop}
         token = req.output_ids[-1]
         if not req.params.ignore_eos and (token in req.params.stop_token_ids or token in self.eos_token_ids):
@@ -303,16 +306,20 @@ class Scheduler:
         if mode == "abort":
             self._abort("", abort_all=True)
         elif mode == "retract":
-            # Free the KV slots; the requests are re-prefilled (prompt + output so far) on continue.
-            for req in reversed(self._running):
-                self._free_slots.append(req.slot)
-                req.slot, req.num_cached = None, 0
-                req.num_retractions += 1
-                self._waiting.appendleft(req)
-            self._running.clear()
+            self.retract_running()
 
     def resume(self) -> None:
         self.paused = False
+
+    def retract_running(self) -> None:
+        """Free every running request's KV slot and queue it first; it is prefilled again (prompt +
+        output so far) when admitted, so nothing computed from freed keys is ever used."""
+        for req in reversed(self._running):
+            self._free_slots.append(req.slot)
+            req.slot, req.num_cached = None, 0
+            req.num_retractions += 1
+            self._waiting.appendleft(req)
+        self._running.clear()
 
 
 def _prompt_logprobs(input_ids: list[int], chunk_logits, start: int) -> list[list[Any]]:
