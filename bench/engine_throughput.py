@@ -27,14 +27,13 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import torch  # noqa: E402
-
-from slime_ref.rollout.servers import (  # noqa: E402
+import torch
+from slime_ref.rollout.servers import (
     SGLANG_CUDA_GRAPH_FLAGS,
     SGLANG_OFFLINE_GPU_FLAGS,
     RolloutServers,
 )
-from slime_ref.rollout.sglang_client import SGLangClient  # noqa: E402
+from slime_ref.rollout.sglang_client import SGLangClient
 
 # Qwen3-0.6B's shape (its config.json), weights random.
 QWEN3_0_6B_SHAPE = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
@@ -70,9 +69,8 @@ def hf_rate(model, prompts: list[list[int]], new_tokens: int, pad_id: int, devic
 
 
 def bench_builtin(args) -> dict:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from slime_ref.assets import make_tiny
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="engine-bench-"))
     assets = make_tiny(work / "tiny", seed=0)
@@ -81,8 +79,11 @@ def bench_builtin(args) -> dict:
     chats = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
     prompts = [tokenizer.encode(c) for c in chats]
     model = AutoModelForCausalLM.from_pretrained(assets.model_dir, dtype=torch.float32).eval()
+    # The launcher gives a lone engine all cores but one; HF generate gets the same number.
+    threads = max(1, (os.cpu_count() or 1) - 1)
+    torch.set_num_threads(threads)
     result = {"engine": "builtin", "model": "embedded tiny Qwen3 (fp32)", "new_tokens": args.new_tokens,
-              "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "return_logprob": True,
+              "cpu_count": os.cpu_count(), "torch_threads": threads, "return_logprob": True,
               "tokens_per_s": {}, "hf_generate_tokens_per_s": {}}
     with RolloutServers(assets.model_dir, log_dir=work / "logs", num_engines=1, with_router=False) as servers:
         asyncio.run(engine_rate(servers.url, prompts[:2], 4, True))  # warm up
@@ -99,9 +100,8 @@ def bench_builtin(args) -> dict:
 
 def build_qwen3_0_6b_shape(out: Path) -> Path:
     """Random bf16 weights in Qwen3-0.6B's shape, saved as an HF checkpoint (built on the GPU)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     from slime_ref.assets import build_tokenizer
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     if (out / "config.json").is_file():
         return out

@@ -242,7 +242,8 @@ class RolloutServers:
         flags, dropped = _drop_flags(self.sglang_flags, _BUILTIN_FLAGS)
         if dropped and index == 0:
             logger.info("the built-in engine ignores GPU-only SGLang flags: %s", " ".join(dropped))
-        threads = max(1, (os.cpu_count() or 1) // self.num_engines)
+        # Share the cores, keeping one for the router, the rollout client and the trainer's driver.
+        threads = max(1, ((os.cpu_count() or 1) - 1) // self.num_engines)
         return [sys.executable, "-m", "slime_ref.engine", *common, "--tokenizer-path", self.tokenizer_path,
                 "--num-threads", str(threads), *flags]
 
