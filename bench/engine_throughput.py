@@ -152,7 +152,7 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=None, help="tokens per request (builtin 64, sglang 128)")
     p.add_argument("--prompt-tokens", type=int, default=64, help="sglang: random prompt length")
     p.add_argument("--no-cuda-graph", action="store_true", help="sglang: run decode without CUDA graphs")
-    p.add_argument("--startup-timeout", type=float, default=900.0, help="sglang: seconds to wait for the server")
+    p.add_argument("--startup-timeout", type=float, default=480.0, help="sglang: seconds to wait for the server")
     p.add_argument("--work-dir", default=None, help="where models and logs go (default: a temp dir)")
     args = p.parse_args()
     if args.new_tokens is None:

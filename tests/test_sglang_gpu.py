@@ -57,7 +57,7 @@ def live(request, tiny, tmp_path_factory):
     else:
         flags, tol, dtype = [], 1e-5, torch.float32
     with RolloutServers(tiny.model_dir, log_dir=log_dir, engine=kind, with_router=False, sglang_flags=flags,
-                        startup_timeout_s=900) as servers:
+                        startup_timeout_s=480) as servers:
         yield LiveEngine(kind, servers.url, tiny.model_dir, tol, dtype)
 
 

@@ -144,8 +144,13 @@ class Scheduler:
                                        "err_type": type(e).__name__})
 
     def _has_work(self) -> bool:
-        runnable = not self.paused and (self._running or self._waiting)
-        return bool(runnable or self._controls)
+        """Whether the loop can make progress now (else it blocks on the inbox instead of spinning)."""
+        if self._controls:
+            return True
+        if self.paused:
+            return False
+        can_admit = self._waiting and self._free_slots and self.runner.kv_pool_allocated
+        return bool(self._running or can_admit)
 
     def _drain_inbox(self, block: bool) -> None:
         try:
