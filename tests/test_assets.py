@@ -6,9 +6,8 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from slime_ref import assets as A
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
 def _rows(path):

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from slime_ref.utils.fileio import atomic_directory, atomic_write_json, atomic_write_text
 
 
@@ -23,10 +22,9 @@ def test_atomic_directory_keeps_old_on_error(tmp_path):
     target = tmp_path / "ckpt"
     with atomic_directory(target) as d:
         (d / "x").write_text("old")
-    with pytest.raises(KeyboardInterrupt):
-        with atomic_directory(target) as d:
-            (d / "x").write_text("half")
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), atomic_directory(target) as d:
+        (d / "x").write_text("half")
+        raise KeyboardInterrupt
     assert (target / "x").read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
 

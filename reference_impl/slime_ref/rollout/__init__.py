@@ -1,1 +1,2 @@
-"""Rollout side: rewards (:mod:`.rewards`, :mod:`.math_grading`) and dynamic sampling filters (:mod:`.filters`)."""
+"""Rollout side: the default rollout function, SFT rollout, rewards, dynamic sampling filters, the SGLang
+HTTP client, engine and router launch, and the trainer side of weight transfer."""

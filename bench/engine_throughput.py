@@ -1,0 +1,165 @@
+"""Rollout engine throughput next to HF ``generate`` on the same prompts, in the same run. Prints JSON.
+
+CPU (default, ``--engine builtin``): the built-in engine serving the embedded tiny Qwen3, tokens/s
+at concurrency 1, 8 and 64 (every request ``--new-tokens`` long, ``ignore_eos``, with log-probs, as
+rollouts ask), and HF ``generate`` with batch = concurrency on the same chat prompts and threads.
+
+GPU (``--engine sglang``): real SGLang 0.5.15.post1 serving a Qwen3-0.6B-shaped model with random
+bf16 weights (built locally, no download), tokens/s at concurrency 256 with and without
+``return_logprob``, then (SGLang stopped) HF ``generate`` batched at 256 on the same prompts.
+
+    python bench/engine_throughput.py                      # CPU
+    python bench/engine_throughput.py --engine sglang      # one CUDA GPU, SGLang installed
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch
+from slime_ref.rollout.servers import (
+    SGLANG_CUDA_GRAPH_FLAGS,
+    SGLANG_OFFLINE_GPU_FLAGS,
+    RolloutServers,
+)
+from slime_ref.rollout.sglang_client import SGLangClient
+
+# Qwen3-0.6B's shape (its config.json), weights random.
+QWEN3_0_6B_SHAPE = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+async def engine_rate(url: str, prompts: list[list[int]], new_tokens: int, return_logprob: bool) -> float:
+    """Send all prompts at once; output tokens per second of wall time."""
+    params = {"temperature": 1.0, "max_new_tokens": new_tokens, "ignore_eos": True}
+    async with SGLangClient(url, max_connections=len(prompts) + 8) as client:
+        start = time.perf_counter()
+        outs = await asyncio.gather(*[client.generate(p, params, return_logprob=return_logprob) for p in prompts])
+        elapsed = time.perf_counter() - start
+    tokens = sum(len(o.output_ids) for o in outs)
+    assert tokens == new_tokens * len(prompts), "every request must run to --new-tokens"
+    return tokens / elapsed
+
+
+@torch.inference_mode()
+def hf_rate(model, prompts: list[list[int]], new_tokens: int, pad_id: int, device: str) -> float:
+    """HF generate, one left-padded batch of all prompts, sampling, exactly new_tokens each."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
+                         max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=pad_id)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    return (out.shape[1] - width) * len(prompts) / elapsed
+
+
+def bench_builtin(args) -> dict:
+    from slime_ref.assets import make_tiny
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="engine-bench-"))
+    assets = make_tiny(work / "tiny", seed=0)
+    tokenizer = AutoTokenizer.from_pretrained(assets.model_dir)
+    rows = [json.loads(line) for line in assets.train_path.read_text().splitlines()]
+    chats = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
+    prompts = [tokenizer.encode(c) for c in chats]
+    model = AutoModelForCausalLM.from_pretrained(assets.model_dir, dtype=torch.float32).eval()
+    # The launcher gives a lone engine all cores but one; HF generate gets the same number.
+    threads = max(1, (os.cpu_count() or 1) - 1)
+    torch.set_num_threads(threads)
+    result = {"engine": "builtin", "model": "embedded tiny Qwen3 (fp32)", "new_tokens": args.new_tokens,
+              "cpu_count": os.cpu_count(), "torch_threads": threads, "return_logprob": True,
+              "tokens_per_s": {}, "hf_generate_tokens_per_s": {}}
+    with RolloutServers(assets.model_dir, log_dir=work / "logs", num_engines=1, with_router=False) as servers:
+        asyncio.run(engine_rate(servers.url, prompts[:2], 4, True))  # warm up
+        for c in args.concurrency:
+            batch = [prompts[i % len(prompts)] for i in range(c)]
+            result["tokens_per_s"][str(c)] = round(asyncio.run(engine_rate(servers.url, batch, args.new_tokens, True)), 1)
+    for c in args.concurrency:
+        batch = [prompts[i % len(prompts)] for i in range(c)]
+        hf_rate(model, batch[:1], 2, tokenizer.pad_token_id, "cpu")  # warm up
+        result["hf_generate_tokens_per_s"][str(c)] = round(
+            hf_rate(model, batch, args.new_tokens, tokenizer.pad_token_id, "cpu"), 1)
+    return result
+
+
+def build_qwen3_0_6b_shape(out: Path) -> Path:
+    """Random bf16 weights in Qwen3-0.6B's shape, saved as an HF checkpoint (built on the GPU)."""
+    from slime_ref.assets import build_tokenizer
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    if (out / "config.json").is_file():
+        return out
+    torch.manual_seed(0)
+    config = Qwen3Config(**QWEN3_0_6B_SHAPE, torch_dtype="bfloat16", bos_token_id=0, eos_token_id=1)
+    with torch.device("cuda"):
+        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out)
+    build_tokenizer().save_pretrained(out)  # a complete HF directory, though the bench skips tokenizing
+    del model
+    torch.cuda.empty_cache()
+    return out
+
+
+def bench_sglang(args) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    if not torch.cuda.is_available():
+        sys.exit("--engine sglang needs a CUDA GPU")
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="engine-bench-"))
+    model_dir = build_qwen3_0_6b_shape(work / "qwen3-0.6b-shape")
+    rng = random.Random(0)
+    concurrency = 256
+    prompts = [[rng.randrange(2, 30000) for _ in range(args.prompt_tokens)] for _ in range(concurrency)]
+    # No tokenizer work: the random model's ids are not the tokenizer's.
+    flags = [*SGLANG_OFFLINE_GPU_FLAGS, *SGLANG_CUDA_GRAPH_FLAGS[not args.no_cuda_graph], "--sglang-skip-tokenizer-init"]
+    result = {"engine": "sglang", "model": "Qwen3-0.6B shape, random bf16 weights", "gpu": torch.cuda.get_device_name(),
+              "concurrency": concurrency, "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
+              "cuda_graph_decode": not args.no_cuda_graph, "tokens_per_s": {}}
+    start = time.perf_counter()
+    with RolloutServers(model_dir, log_dir=work / "logs", engine="sglang", with_router=False,
+                        sglang_flags=flags, startup_timeout_s=args.startup_timeout) as servers:
+        result["startup_s"] = round(time.perf_counter() - start, 1)
+        asyncio.run(engine_rate(servers.url, prompts[:8], 8, True))  # warm up
+        for name, logprob in (("return_logprob", True), ("no_logprob", False)):
+            result["tokens_per_s"][name] = round(asyncio.run(
+                engine_rate(servers.url, prompts, args.new_tokens, logprob)), 1)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
+    hf_rate(model, prompts[:2], 2, 0, "cuda")  # warm up
+    result["hf_generate_tokens_per_s"] = round(hf_rate(model, prompts, args.new_tokens, 0, "cuda"), 1)
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--engine", choices=["builtin", "sglang"], default="builtin")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64], help="builtin: concurrency levels")
+    p.add_argument("--new-tokens", type=int, default=None, help="tokens per request (builtin 64, sglang 128)")
+    p.add_argument("--prompt-tokens", type=int, default=64, help="sglang: random prompt length")
+    p.add_argument("--no-cuda-graph", action="store_true", help="sglang: run decode without CUDA graphs")
+    p.add_argument("--startup-timeout", type=float, default=480.0, help="sglang: seconds to wait for the server")
+    p.add_argument("--work-dir", default=None, help="where models and logs go (default: a temp dir)")
+    args = p.parse_args()
+    if args.new_tokens is None:
+        args.new_tokens = 128 if args.engine == "sglang" else 64
+    result = bench_sglang(args) if args.engine == "sglang" else bench_builtin(args)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

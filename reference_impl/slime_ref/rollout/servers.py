@@ -1,0 +1,331 @@
+"""Start rollout engines and sglang-router in front of them; stop every process we started.
+
+``engine="sglang"`` runs real SGLang (``python -m sglang.launch_server``) on a GPU machine;
+``engine="builtin"`` runs ``python -m slime_ref.engine`` (CPU, tests). Either way each engine gets a
+free port, the launcher waits (with a deadline) until ``/health_generate`` answers, and then starts
+the real router (``python -m sglang_router.launch_router --worker-urls ... --policy ...``) with the
+local tokenizer, so it never reaches for a model hub, and waits until it lists every engine healthy.
+
+Flags pass through as slime passes them: ``--sglang-foo-bar V`` becomes the engine's ``--foo-bar V``
+and ``--router-foo V`` the router's ``--foo V``. The launcher sets the model path, host, port, seed
+and GPU id itself and refuses those if passed through.
+
+Every child runs in its own process group (a new session). :meth:`RolloutServers.stop` (also run by
+the context manager on error or Ctrl-C, and at interpreter exit) sends SIGTERM to each group it
+created, then SIGKILL to what is left after a grace period; processes are never looked up by name.
+Each child's output goes to ``log_dir`` (``engine-<i>.log``, ``router.log``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slime_ref.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+ENGINES = ("builtin", "sglang")
+# Set by the launcher per engine; passing them through would break the port/seed/GPU bookkeeping.
+_LAUNCHER_OWNED = {"model-path", "host", "port", "random-seed", "base-gpu-id", "tokenizer-path"}
+# SGLang flags the built-in engine implements (the rest only tune GPU execution and are dropped).
+_BUILTIN_FLAGS = {"context-length", "max-running-requests", "dtype", "weight-version", "skip-server-warmup"}
+_ROUTER_OWNED = {"host", "port", "worker-urls", "prometheus-port"}
+
+# Real SGLang 0.5.15.post1 flags known to start on an offline H200 with the slim wheel set
+# (bench/gpu/build_sglang_wheelset.sh): triton attention and torch sampling need no FA3 kernels.
+SGLANG_OFFLINE_GPU_FLAGS = [
+    "--sglang-mem-fraction-static", "0.3", "--sglang-attention-backend", "triton",
+    "--sglang-sampling-backend", "pytorch", "--sglang-grammar-backend", "none",
+]
+# Decode with CUDA graphs (faster, ~30 s more start-up) or without any.
+SGLANG_CUDA_GRAPH_FLAGS = {
+    True: ["--sglang-cuda-graph-backend-prefill", "disabled", "--sglang-cuda-graph-max-bs-decode", "256"],
+    False: ["--sglang-cuda-graph-backend-decode", "disabled", "--sglang-cuda-graph-backend-prefill", "disabled"],
+}
+
+
+def passthrough_flags(values: Sequence[str] | Mapping[str, Any], prefix: str) -> list[str]:
+    """Rename prefixed flags for the target program: ``--sglang-mem-fraction-static 0.3`` ->
+    ``--mem-fraction-static 0.3`` (prefix ``sglang``).
+
+    ``values`` is either command-line tokens or a mapping of slime-style attribute names
+    (``{"sglang_mem_fraction_static": 0.3}``; True is a bare flag, None/False are left out, a list
+    gives several values).
+    """
+    out: list[str] = []
+    if isinstance(values, Mapping):
+        for key, value in values.items():
+            name = key.lstrip("-").replace("_", "-")
+            if not name.startswith(f"{prefix}-"):
+                raise UserError(f"{key}: expected a {prefix}_* setting")
+            if value is None or value is False:
+                continue
+            out.append(f"--{name[len(prefix) + 1:]}")
+            if value is not True:
+                out.extend(str(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+        return out
+    for token in values:
+        if token.startswith("--"):
+            if not token.startswith(f"--{prefix}-"):
+                raise UserError(f"{token}: only --{prefix}-* flags pass through to the {prefix} process")
+            out.append(f"--{token[len(prefix) + 3:]}")
+        else:
+            out.append(token)
+    return out
+
+
+def _flag_names(flags: list[str]) -> list[str]:
+    return [f[2:].split("=", 1)[0] for f in flags if f.startswith("--")]
+
+
+def _drop_flags(flags: list[str], keep: set[str]) -> tuple[list[str], list[str]]:
+    """Split ``flags`` into those whose name is in ``keep`` (with their values) and the dropped names."""
+    kept, dropped, keeping = [], [], False
+    for token in flags:
+        if token.startswith("--"):
+            name = token[2:].split("=", 1)[0]
+            keeping = name in keep
+            if not keeping:
+                dropped.append(token)
+        if keeping:
+            kept.append(token)
+    return kept, dropped
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _http_get(url: str, timeout: float) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except (urllib.error.URLError, OSError):
+        return 0, ""
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+class RolloutServers:
+    """N engines behind one sglang-router. Use as a context manager, or call start() and stop()."""
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        log_dir: str | os.PathLike,
+        num_engines: int = 1,
+        engine: str = "builtin",
+        host: str = "127.0.0.1",
+        advertise_host: str | None = None,
+        tokenizer_path: str | os.PathLike | None = None,
+        sglang_flags: Sequence[str] | Mapping[str, Any] = (),
+        router_flags: Sequence[str] | Mapping[str, Any] = (),
+        router_policy: str = "round_robin",
+        with_router: bool = True,
+        random_seed: int = 0,
+        gpus_per_engine: int = 1,
+        startup_timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ):
+        if engine not in ENGINES:
+            raise UserError(f"engine {engine!r} is not one of {ENGINES}")
+        if num_engines < 1:
+            raise UserError(f"num_engines must be >= 1, got {num_engines}")
+        if not Path(model_path, "config.json").is_file():
+            raise UserError(f"--hf-checkpoint {model_path} has no config.json; pass an HF checkpoint directory")
+        self.model_path = str(model_path)
+        self.tokenizer_path = str(tokenizer_path or model_path)
+        self.log_dir = Path(log_dir)
+        self.num_engines = num_engines
+        self.engine = engine
+        self.host = host
+        self.advertise_host = advertise_host or (socket.gethostbyname(socket.gethostname())
+                                                 if host in ("0.0.0.0", "::") else host)
+        self.sglang_flags = passthrough_flags(sglang_flags, "sglang")
+        self.router_flags = passthrough_flags(router_flags, "router")
+        for flags, owned, prefix in ((self.sglang_flags, _LAUNCHER_OWNED, "sglang"),
+                                     (self.router_flags, _ROUTER_OWNED | {"policy"}, "router")):
+            clash = sorted(set(_flag_names(flags)) & owned)
+            if clash:
+                raise UserError(f"--{prefix}-{clash[0]} is set by the launcher (or its own argument); remove it")
+        self.router_policy = router_policy
+        self.with_router = with_router
+        self.random_seed = random_seed
+        self.gpus_per_engine = gpus_per_engine
+        self.startup_timeout_s = startup_timeout_s or (900.0 if engine == "sglang" else 120.0)
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+        self.engines: list[ManagedProcess] = []
+        self.engine_urls: list[str] = []
+        self.router: ManagedProcess | None = None
+        self.router_url: str | None = None
+        self._atexit_registered = False
+
+    # ------------------------------------------------------------------------------------------
+
+    def __enter__(self) -> RolloutServers:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """Where rollouts send /generate: the router, or the single engine without one."""
+        return self.router_url or self.engine_urls[0]
+
+    def start(self) -> RolloutServers:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        if not self._atexit_registered:
+            atexit.register(self.stop)
+            self._atexit_registered = True
+        try:
+            for i in range(self.num_engines):
+                port = free_port(self.host)
+                self.engines.append(self._spawn(f"engine-{i}", self._engine_command(i, port)))
+                self.engine_urls.append(f"http://{self._url_host()}:{port}")
+            deadline = time.monotonic() + self.startup_timeout_s
+            for proc, url in zip(self.engines, self.engine_urls):
+                self._wait(proc, f"{url}/health_generate", deadline, lambda status, _: status == 200)
+            if self.with_router:
+                self._start_router(deadline=time.monotonic() + 60.0)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _url_host(self) -> str:
+        return f"[{self.advertise_host}]" if ":" in self.advertise_host else self.advertise_host
+
+    def _engine_command(self, index: int, port: int) -> list[str]:
+        common = ["--model-path", self.model_path, "--host", self.host, "--port", str(port),
+                  "--random-seed", str(self.random_seed + index)]
+        if self.engine == "sglang":
+            return [sys.executable, "-m", "sglang.launch_server", *common, "--tokenizer-path", self.tokenizer_path,
+                    "--base-gpu-id", str(index * self.gpus_per_engine), "--skip-server-warmup", *self.sglang_flags]
+        flags, dropped = _drop_flags(self.sglang_flags, _BUILTIN_FLAGS)
+        if dropped and index == 0:
+            logger.info("the built-in engine ignores GPU-only SGLang flags: %s", " ".join(dropped))
+        # Share the cores, keeping one for the router, the rollout client and the trainer's driver.
+        threads = max(1, ((os.cpu_count() or 1) - 1) // self.num_engines)
+        return [sys.executable, "-m", "slime_ref.engine", *common, "--tokenizer-path", self.tokenizer_path,
+                "--num-threads", str(threads), *flags]
+
+    def _start_router(self, deadline: float) -> None:
+        port = free_port(self.host)
+        command = [
+            sys.executable, "-m", "sglang_router.launch_router", "--host", self.host, "--port", str(port),
+            "--worker-urls", *self.engine_urls, "--policy", self.router_policy,
+            # The default metrics port (29000) would collide between routers on one machine.
+            "--prometheus-port", str(free_port(self.host)), "--prometheus-host", self.host,
+            "--tokenizer-path", self.tokenizer_path, "--log-level", "warn", *self.router_flags,
+        ]
+        self.router = self._spawn("router", command)
+        self.router_url = f"http://{self._url_host()}:{port}"
+
+        def all_registered(status: int, body: str) -> bool:
+            if status != 200:
+                return False
+            workers = json.loads(body).get("workers", [])
+            return len(workers) == self.num_engines and all(w.get("is_healthy") for w in workers)
+
+        # Workers register in the background after the router starts; wait until all are in.
+        self._wait(self.router, f"{self.router_url}/workers", deadline, all_registered)
+
+    def _spawn(self, name: str, command: list[str]) -> ManagedProcess:
+        log_path = self.log_dir / f"{name}.log"
+        log = open(log_path, "ab")
+        try:
+            log.write(f"$ {' '.join(command)}\n".encode())
+            log.flush()
+            popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.env, start_new_session=True)
+        finally:
+            log.close()  # the child holds its own copy of the descriptor
+        logger.info("started %s (pid %d), log %s", name, popen.pid, log_path)
+        return ManagedProcess(name=name, popen=popen, log_path=log_path)
+
+    @staticmethod
+    def _wait(proc: ManagedProcess, url: str, deadline: float, ready) -> None:
+        while True:
+            if not proc.alive():
+                raise RuntimeError(f"{proc.name} exited with code {proc.popen.returncode} before {url} answered; "
+                                   f"log {proc.log_path}:\n{proc.log_tail()}")
+            status, body = _http_get(url, timeout=max(1.0, min(30.0, deadline - time.monotonic())))
+            if ready(status, body):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{proc.name} did not become ready at {url} before the deadline; "
+                                   f"log {proc.log_path}:\n{proc.log_tail()}")
+            time.sleep(0.5)
+
+    # ------------------------------------------------------------------------------------------
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop the router, then the engines: SIGTERM to each process group, SIGKILL after ``grace_s``."""
+        procs = ([self.router] if self.router else []) + list(reversed(self.engines))
+        for proc in procs:
+            _signal_group(proc, signal.SIGTERM)
+        end = time.monotonic() + grace_s
+        for proc in procs:
+            try:
+                proc.popen.wait(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                logger.warning("%s (pid %d) ignored SIGTERM; killing it", proc.name, proc.pid)
+            _signal_group(proc, signal.SIGKILL)  # leftovers of the group (SGLang's scheduler processes)
+            if proc.alive():
+                proc.popen.wait(timeout=10)
+        self.router, self.router_url = None, None
+        self.engines, self.engine_urls = [], []
+        if self._atexit_registered:
+            atexit.unregister(self.stop)
+            self._atexit_registered = False
+
+    def kill_engine(self, index: int) -> None:
+        """SIGKILL one engine's process group (for failure tests); it stays listed until stop()."""
+        _signal_group(self.engines[index], signal.SIGKILL)
+        self.engines[index].popen.wait(timeout=10)
+
+
+def _signal_group(proc: ManagedProcess, sig: int) -> None:
+    # The child is the leader of a process group we created (start_new_session=True): pgid == pid.
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

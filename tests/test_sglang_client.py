@@ -1,0 +1,132 @@
+"""The client's deadlines and retries against small misbehaving servers (no engine needed)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+from slime_ref.rollout.servers import free_port
+from slime_ref.rollout.sglang_client import EngineError, SGLangClient, parse_generate_response
+
+
+async def serve(handler, path="/{tail:.*}"):
+    """Start an aiohttp app on 127.0.0.1:<free port> in this loop; returns (url, runner)."""
+    app = web.Application()
+    app.router.add_route("*", path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return f"http://127.0.0.1:{port}", runner
+
+
+def test_nothing_listening_is_a_named_error_after_the_retries():
+    url = f"http://127.0.0.1:{free_port()}"
+
+    async def go():
+        async with SGLangClient(url, retries=2, backoff_s=0.01) as c:
+            await c.generate([1], {"max_new_tokens": 1})
+
+    with pytest.raises(EngineError) as err:
+        asyncio.run(go())
+    assert err.value.url == f"{url}/generate"
+    assert "no answer after 3 attempt(s)" in str(err.value) and "cannot connect" in str(err.value)
+
+
+def test_a_server_that_never_answers_fails_at_the_deadline():
+    async def go():
+        hung = await asyncio.start_server(lambda r, w: asyncio.sleep(3600), "127.0.0.1", 0)
+        port = hung.sockets[0].getsockname()[1]
+        try:
+            async with SGLangClient(f"http://127.0.0.1:{port}", retries=5) as c:
+                with pytest.raises(EngineError) as err:  # wait_for turns a hang into a failure
+                    await asyncio.wait_for(c._call("GET", "/model_info", timeout_s=1.0), timeout=30)
+                return err.value
+        finally:
+            hung.close()
+
+    error = asyncio.run(go())
+    assert "timed out" in str(error) and "/model_info" in str(error)
+
+
+def test_server_errors_are_retried_client_errors_are_not():
+    hits = {"/generate": 0, "/model_info": 0}
+
+    async def handler(request):
+        hits[request.path] += 1
+        if request.path == "/generate" and hits["/generate"] < 3:
+            return web.Response(status=503, text="busy")
+        if request.path == "/model_info":
+            return web.json_response({"error": {"message": "bad field"}}, status=400)
+        return web.json_response({"text": "", "output_ids": [4], "meta_info": {
+            "finish_reason": {"type": "length", "length": 1}, "output_token_logprobs": [[-0.5, 4, None]]}})
+
+    async def go():
+        url, runner = await serve(handler)
+        try:
+            async with SGLangClient(url, retries=3, backoff_s=0.01) as c:
+                out = await c.generate([1], {"max_new_tokens": 1})
+                with pytest.raises(EngineError) as err:
+                    await c.get_model_info()
+                return out, err.value
+        finally:
+            await runner.cleanup()
+
+    out, error = asyncio.run(go())
+    assert hits == {"/generate": 3, "/model_info": 1}
+    assert out.output_ids == [4] and out.output_log_probs == [-0.5] and out.finish_type == "length"
+    assert error.status == 400 and "bad field" in str(error)
+
+
+def test_a_lost_distributed_update_is_not_sent_twice():
+    hits = []
+
+    async def handler(request):
+        hits.append(request.path)
+        request.transport.close()  # the engine died while handling it
+        return web.Response()
+
+    async def go():
+        url, runner = await serve(handler)
+        try:
+            async with SGLangClient(url, retries=3, backoff_s=0.01) as c:
+                with pytest.raises(EngineError) as err:
+                    await c.update_weights_from_distributed(["w"], ["float32"], [[1]])
+                return err.value
+        finally:
+            await runner.cleanup()
+
+    error = asyncio.run(go())
+    assert hits == ["/update_weights_from_distributed"] and "not retried" in str(error)
+
+
+def test_flush_cache_waits_out_in_flight_requests():
+    answers = iter([400, 400, 200])
+
+    async def handler(request):
+        return web.Response(status=next(answers), text="x")
+
+    async def go():
+        url, runner = await serve(handler)
+        try:
+            async with SGLangClient(url) as c:
+                await c.flush_cache(timeout_s=10)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(go())
+    assert next(answers, None) is None
+
+
+def test_a_client_belongs_to_one_event_loop():
+    client = SGLangClient(f"http://127.0.0.1:{free_port()}", retries=0)
+    asyncio.run(client.health())
+    with pytest.raises(RuntimeError, match="another event loop"):
+        asyncio.run(client._call("GET", "/health"))
+
+
+def test_parse_generate_response_without_logprobs():
+    out = parse_generate_response({"text": "hi", "output_ids": [5, 6], "meta_info": {"finish_reason": {
+        "type": "stop", "matched": 6}}})
+    assert out.output_ids == [5, 6] and out.output_log_probs is None and out.finish_type == "stop"
