@@ -22,7 +22,7 @@
 # quack-kernels, nvidia-cutlass-dsl, torchao, xgrammar, llguidance, torch_memory_saver (the last
 # one is what --enable-memory-saver and the release/resume-memory routes need).
 #
-# Usage: skill/scripts/build_sglang_wheelset.sh [OUT_DIR]   (default .whl)
+# Usage: bench/gpu/build_sglang_wheelset.sh [OUT_DIR]   (default .whl)
 #   OUT_DIR/test/ also gets pytest and pytest-timeout, for machines that lack them.
 set -euo pipefail
 
