@@ -229,3 +229,35 @@ def test_flag_passthrough_follows_slime_names(tiny, tmp_path):
                                                                              "--sglang-context-length", "64"])
     command = builtin._engine_command(0, 30001)
     assert "--attention-backend" not in command and command[-2:] == ["--context-length", "64"]
+
+
+def test_server_process_dies_with_the_process_that_started_it(tmp_path):
+    """A server never outlives its starter, even one killed with SIGKILL (no cleanup code runs)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    starter = textwrap.dedent(f"""
+        import sys, time
+        from slime_ref.rollout.servers import spawn
+        proc = spawn("sleeper", [sys.executable, "-c", "import time; time.sleep(600)"], {str(tmp_path)!r}, {{}})
+        print(proc.pid, flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True)
+    child_pid = int(parent.stdout.readline())
+    os.kill(child_pid, 0)  # running
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child_pid, signal.SIGKILL)
+    raise AssertionError("the server outlived the process that started it")

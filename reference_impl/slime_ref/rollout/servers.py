@@ -163,6 +163,8 @@ class RolloutServers:
         gpus_per_engine: int = 1,
         startup_timeout_s: float | None = None,
         env: Mapping[str, str] | None = None,
+        num_threads: int | None = None,
+        log_name: str = "engine",
     ):
         if engine not in ENGINES:
             raise UserError(f"engine {engine!r} is not one of {ENGINES}")
@@ -191,6 +193,8 @@ class RolloutServers:
         self.gpus_per_engine = gpus_per_engine
         self.startup_timeout_s = startup_timeout_s or (900.0 if engine == "sglang" else 120.0)
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+        self.num_threads = num_threads
+        self.log_name = log_name
         self.engines: list[ManagedProcess] = []
         self.engine_urls: list[str] = []
         self.router: ManagedProcess | None = None
@@ -218,13 +222,17 @@ class RolloutServers:
         try:
             for i in range(self.num_engines):
                 port = free_port(self.host)
-                self.engines.append(self._spawn(f"engine-{i}", self._engine_command(i, port)))
+                name = self.log_name if self.num_engines == 1 else f"{self.log_name}-{i}"
+                self.engines.append(spawn(name, self._engine_command(i, port), self.log_dir, self.env))
                 self.engine_urls.append(f"http://{self._url_host()}:{port}")
             deadline = time.monotonic() + self.startup_timeout_s
             for proc, url in zip(self.engines, self.engine_urls):
-                self._wait(proc, f"{url}/health_generate", deadline, lambda status, _: status == 200)
+                wait_ready(proc, f"{url}/health_generate", deadline, lambda status, _: status == 200)
             if self.with_router:
-                self._start_router(deadline=time.monotonic() + 60.0)
+                router = start_router(self.engine_urls, log_dir=self.log_dir, tokenizer_path=self.tokenizer_path,
+                                      policy=self.router_policy, host=self.host, router_flags=self.router_flags,
+                                      advertise_host=self._url_host(), env=self.env)
+                self.router, self.router_url = router.process, router.url
         except BaseException:
             self.stop()
             raise
@@ -247,70 +255,11 @@ class RolloutServers:
         return [sys.executable, "-m", "slime_ref.engine", *common, "--tokenizer-path", self.tokenizer_path,
                 "--num-threads", str(threads), *flags]
 
-    def _start_router(self, deadline: float) -> None:
-        port = free_port(self.host)
-        command = [
-            sys.executable, "-m", "sglang_router.launch_router", "--host", self.host, "--port", str(port),
-            "--worker-urls", *self.engine_urls, "--policy", self.router_policy,
-            # The default metrics port (29000) would collide between routers on one machine.
-            "--prometheus-port", str(free_port(self.host)), "--prometheus-host", self.host,
-            "--tokenizer-path", self.tokenizer_path, "--log-level", "warn", *self.router_flags,
-        ]
-        self.router = self._spawn("router", command)
-        self.router_url = f"http://{self._url_host()}:{port}"
-
-        def all_registered(status: int, body: str) -> bool:
-            if status != 200:
-                return False
-            workers = json.loads(body).get("workers", [])
-            return len(workers) == self.num_engines and all(w.get("is_healthy") for w in workers)
-
-        # Workers register in the background after the router starts; wait until all are in.
-        self._wait(self.router, f"{self.router_url}/workers", deadline, all_registered)
-
-    def _spawn(self, name: str, command: list[str]) -> ManagedProcess:
-        log_path = self.log_dir / f"{name}.log"
-        log = open(log_path, "ab")
-        try:
-            log.write(f"$ {' '.join(command)}\n".encode())
-            log.flush()
-            popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.env, start_new_session=True)
-        finally:
-            log.close()  # the child holds its own copy of the descriptor
-        logger.info("started %s (pid %d), log %s", name, popen.pid, log_path)
-        return ManagedProcess(name=name, popen=popen, log_path=log_path)
-
-    @staticmethod
-    def _wait(proc: ManagedProcess, url: str, deadline: float, ready) -> None:
-        while True:
-            if not proc.alive():
-                raise RuntimeError(f"{proc.name} exited with code {proc.popen.returncode} before {url} answered; "
-                                   f"log {proc.log_path}:\n{proc.log_tail()}")
-            status, body = _http_get(url, timeout=max(1.0, min(30.0, deadline - time.monotonic())))
-            if ready(status, body):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{proc.name} did not become ready at {url} before the deadline; "
-                                   f"log {proc.log_path}:\n{proc.log_tail()}")
-            time.sleep(0.5)
-
     # ------------------------------------------------------------------------------------------
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop the router, then the engines: SIGTERM to each process group, SIGKILL after ``grace_s``."""
-        procs = ([self.router] if self.router else []) + list(reversed(self.engines))
-        for proc in procs:
-            _signal_group(proc, signal.SIGTERM)
-        end = time.monotonic() + grace_s
-        for proc in procs:
-            try:
-                proc.popen.wait(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                logger.warning("%s (pid %d) ignored SIGTERM; killing it", proc.name, proc.pid)
-            _signal_group(proc, signal.SIGKILL)  # leftovers of the group (SGLang's scheduler processes)
-            if proc.alive():
-                proc.popen.wait(timeout=10)
+        stop_processes(([self.router] if self.router else []) + list(reversed(self.engines)), grace_s)
         self.router, self.router_url = None, None
         self.engines, self.engine_urls = [], []
         if self._atexit_registered:
@@ -329,3 +278,115 @@ def _signal_group(proc: ManagedProcess, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+# ------------------------------------------------------------------------------------------------
+# processes: spawn with a log file, wait until ready, the router on its own
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the process that started us dies (Linux), so a
+    server never outlives a Ray actor or a run that was killed without a chance to clean up."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def spawn(name: str, command: list[str], log_dir: Path, env: Mapping[str, str]) -> ManagedProcess:
+    """Start ``command`` in its own process group, output to ``log_dir/<name>.log``."""
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    log = open(log_path, "ab")
+    try:
+        log.write(f"$ {' '.join(command)}\n".encode())
+        log.flush()
+        popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env=dict(env), start_new_session=True, preexec_fn=_die_with_parent)
+    finally:
+        log.close()  # the child holds its own copy of the descriptor
+    logger.info("started %s (pid %d), log %s", name, popen.pid, log_path)
+    return ManagedProcess(name=name, popen=popen, log_path=log_path)
+
+
+def wait_ready(proc: ManagedProcess, url: str, deadline: float, ready) -> None:
+    """Poll ``url`` until ``ready(status, body)``; a clear error if the process dies or time runs out."""
+    while True:
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited with code {proc.popen.returncode} before {url} answered; "
+                               f"log {proc.log_path}:\n{proc.log_tail()}")
+        status, body = _http_get(url, timeout=max(1.0, min(30.0, deadline - time.monotonic())))
+        if ready(status, body):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{proc.name} did not become ready at {url} before the deadline; "
+                               f"log {proc.log_path}:\n{proc.log_tail()}")
+        time.sleep(0.5)
+
+
+def stop_processes(procs: Sequence[ManagedProcess], grace_s: float = 10.0) -> None:
+    """SIGTERM each process group, then SIGKILL what is left after ``grace_s``."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.popen.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            logger.warning("%s (pid %d) ignored SIGTERM; killing it", proc.name, proc.pid)
+        _signal_group(proc, signal.SIGKILL)  # leftovers of the group (SGLang's scheduler processes)
+        if proc.alive():
+            proc.popen.wait(timeout=10)
+
+
+@dataclass
+class Router:
+    process: ManagedProcess
+    host: str
+    port: int
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        stop_processes([self.process])
+
+
+def start_router(engine_urls: Sequence[str], *, log_dir: str | os.PathLike, tokenizer_path: str | os.PathLike,
+                 policy: str = "round_robin", host: str = "127.0.0.1", router_flags: Sequence[str] = (),
+                 advertise_host: str | None = None, env: Mapping[str, str] | None = None,
+                 timeout_s: float = 60.0) -> Router:
+    """Start the real sglang-router in front of ``engine_urls`` and wait until it lists them all healthy."""
+    port = free_port(host)
+    command = [
+        sys.executable, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
+        "--worker-urls", *engine_urls, "--policy", policy,
+        # The default metrics port (29000) would collide between routers on one machine.
+        "--prometheus-port", str(free_port(host)), "--prometheus-host", host,
+        "--tokenizer-path", str(tokenizer_path), "--log-level", "warn", *router_flags,
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+    proc = spawn("router", command, Path(log_dir), env)
+    router = Router(proc, advertise_host or host, port)
+
+    def all_registered(status: int, body: str) -> bool:
+        if status != 200:
+            return False
+        workers = json.loads(body).get("workers", [])
+        return len(workers) == len(engine_urls) and all(w.get("is_healthy") for w in workers)
+
+    # Workers register in the background after the router starts; wait until all are in.
+    try:
+        wait_ready(proc, f"{router.url}/workers", time.monotonic() + timeout_s, all_registered)
+    except BaseException:
+        stop_processes([proc])
+        raise
+    return router

@@ -1,0 +1,304 @@
+"""The rollout side as Ray actors: engines, the router in front of them, and the rollout manager.
+
+:class:`RolloutManager` (one Ray actor, as in slime) owns the data source, starts one
+:class:`EngineActor` per engine in the rollout bundles of the placement group and the real
+sglang-router in front of them, and serves ``generate(rollout_id)``: run the rollout function,
+normalise rewards per group, and hand the trainer slime's train-data dict. It also runs evaluation,
+saves and loads the data source's position, and offloads/onloads engines around training when
+colocated.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+import ray
+
+from slime_ref.ray.placement import Placement, scheduling
+
+logger = logging.getLogger(__name__)
+
+ENGINE_ACTOR_SHARE = 0.2  # of a bundle, as slime (a colocated train actor takes 0.4)
+
+
+def resolve_engine(args) -> str:
+    """``--rollout-engine auto``: real SGLang where it can run (CUDA and the sglang package), else built-in."""
+    if args.rollout_engine != "auto":
+        return args.rollout_engine
+    import importlib.util
+
+    import torch
+
+    return "sglang" if torch.cuda.is_available() and importlib.util.find_spec("sglang") else "builtin"
+
+
+def sglang_passthrough(args) -> dict:
+    """Every ``--sglang-*`` value given on the command line (kept by the parser as ``args.sglang_extra``)."""
+    return dict(getattr(args, "sglang_extra", {}) or {})
+
+
+class EngineActor:
+    """One engine: a Ray actor holding its slice of the rollout bundles, running the server process."""
+
+    def __init__(self, args, index: int, log_dir: str):
+        self.args, self.index, self.log_dir = args, index, log_dir
+        self.servers = None
+
+    def start(self) -> str:
+        from slime_ref.ray.train_actor import node_address
+        from slime_ref.rollout.servers import RolloutServers
+
+        args = self.args
+        engine = resolve_engine(args)
+        env = {}
+        if engine == "sglang":
+            env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        self.servers = RolloutServers(
+            args.hf_checkpoint,
+            log_dir=self.log_dir,
+            num_engines=1,
+            engine=engine,
+            host=node_address(),
+            sglang_flags=sglang_passthrough(args),
+            with_router=False,
+            random_seed=args.seed + self.index,
+            gpus_per_engine=args.rollout_num_gpus_per_engine,
+            env=env,
+            num_threads=args.rollout_num_threads,
+            log_name=f"engine-{self.index}",
+        ).start()
+        return self.servers.engine_urls[0]
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.servers.engines] if self.servers else []
+
+    def stop(self) -> None:
+        if self.servers is not None:
+            self.servers.stop()
+            self.servers = None
+
+
+class RolloutManager:
+    def __init__(self, args, placement: Placement):
+        from slime_ref.data.source import load_tokenizer, make_data_source
+        from slime_ref.utils.hooks import load_function
+
+        self.args = args
+        self.log_dir = str(Path(args.output_dir) / "logs")
+        self.data_source = make_data_source(args, load_tokenizer(args) if args.hf_checkpoint else None)
+        self.rollout_fn = load_function(args.rollout_function_path, "--rollout-function-path")
+        self.engines: list = []
+        self.engine_urls: list[str] = []
+        self.router = None
+        if args.rollout_num_gpus and not args.debug_train_only:
+            self._start_engines(placement)
+
+    # -- engines and router ---------------------------------------------------------------------
+
+    def _start_engines(self, placement: Placement) -> None:
+        from slime_ref.rollout.servers import start_router
+
+        args = self.args
+        per_engine = args.rollout_num_gpus_per_engine
+        num_engines = args.rollout_num_gpus // per_engine
+        remote_cls = ray.remote(EngineActor)
+        resources = placement.bundle_resources(ENGINE_ACTOR_SHARE)
+        env_vars = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"} if per_engine > 1 else {}
+        for i in range(num_engines):
+            actor = remote_cls.options(
+                **resources,
+                scheduling_strategy=scheduling(placement, placement.rollout_bundles[i * per_engine]),
+                runtime_env={"env_vars": env_vars},
+            ).remote(args, i, self.log_dir)
+            self.engines.append(actor)
+        self.engine_urls = ray.get([e.start.remote() for e in self.engines], timeout=1200)
+        if args.sglang_router_ip is None:
+            self.router = start_router(self.engine_urls, log_dir=self.log_dir, tokenizer_path=args.hf_checkpoint,
+                                       policy=args.router_policy, host=self._host())
+            args.sglang_router_ip, args.sglang_router_port = self.router.host, self.router.port
+        args.rollout_engine_urls = list(self.engine_urls)
+
+    def _host(self) -> str:
+        from slime_ref.ray.train_actor import node_address
+
+        return node_address()
+
+    def get_engine_urls(self) -> list[str]:
+        return list(self.engine_urls)
+
+    def get_router_url(self) -> str | None:
+        return f"http://{self.args.sglang_router_ip}:{self.args.sglang_router_port}" if self.engine_urls else None
+
+    def process_ids(self) -> list[int]:
+        """PIDs of every server process this manager started (engines and router)."""
+        pids = [pid for group in ray.get([e.pids.remote() for e in self.engines], timeout=60) for pid in group]
+        if self.router is not None:
+            pids.append(self.router.pid)
+        return pids
+
+    def num_rollout_per_epoch(self) -> int:
+        return max(1, len(self.data_source) // self.args.rollout_batch_size)
+
+    # -- rollout ------------------------------------------------------------------------------
+
+    @ray.method(num_returns=2)
+    def generate(self, rollout_id: int):
+        """One rollout: (train data for the trainer, rollout metrics for the log)."""
+        from slime_ref.algo.advantages import post_process_rewards
+        from slime_ref.utils.hooks import load_function
+
+        start = time.perf_counter()
+        output = self.rollout_fn(self.args, rollout_id, self.data_source, evaluation=False)
+        groups = output.samples if hasattr(output, "samples") else output
+        samples = [s for g in groups for s in g]
+        rollout_time = time.perf_counter() - start
+        if self.args.custom_reward_post_process_path:
+            post = load_function(self.args.custom_reward_post_process_path, "--custom-reward-post-process-path")
+            raw, rewards = post(self.args, samples)
+        else:
+            raw, rewards = post_process_rewards(self.args, samples)
+        data = samples_to_train_data(samples, raw, rewards)
+        metrics = rollout_metrics(self.args, samples, raw, rollout_time)
+        metrics.update(getattr(output, "metrics", None) or {})
+        return data, metrics
+
+    def eval(self, rollout_id: int) -> dict:
+        if not self.args.eval_datasets:
+            return {}
+        output = self.rollout_fn(self.args, rollout_id, self.data_source, evaluation=True)
+        data = output.data if hasattr(output, "data") else output
+        return eval_metrics(self.args, data)
+
+    def score(self, tokens: list[int], response_length: int) -> list[list[float]]:
+        """Every engine's log-probs of the last ``response_length`` tokens of ``tokens`` (temperature 1)."""
+        from slime_ref.rollout.sglang_client import SGLangClient
+        from slime_ref.utils.async_loop import run
+
+        async def one(url):
+            client = SGLangClient(url)
+            try:
+                out = await client.generate(tokens, {"max_new_tokens": 1, "temperature": 1.0},
+                                            logprob_start_len=len(tokens) - response_length)
+            finally:
+                await client.close()
+            return [float(x) for x in out.input_log_probs[-response_length:]]
+
+        async def all_engines():
+            import asyncio
+
+            return await asyncio.gather(*(one(u) for u in self.engine_urls))
+
+        return run(all_engines())
+
+    # -- colocated offload ------------------------------------------------------------------------
+
+    def offload(self) -> None:
+        self._memory("release_memory_occupation")
+
+    def onload(self) -> None:
+        self._memory("resume_memory_occupation")
+
+    def _memory(self, method: str) -> None:
+        import asyncio
+
+        from slime_ref.rollout.sglang_client import SGLangClient
+        from slime_ref.utils.async_loop import run
+
+        async def call_all():
+            clients = [SGLangClient(u) for u in self.engine_urls]
+            try:
+                await asyncio.gather(*(getattr(c, method)() for c in clients))
+            finally:
+                await asyncio.gather(*(c.close() for c in clients))
+
+        run(call_all())
+
+    # -- data source state ------------------------------------------------------------------------
+
+    def data_state(self) -> dict:
+        return self.data_source.state_dict()
+
+    def load_data_state(self, state: dict | None) -> None:
+        if state is not None:
+            self.data_source.load_state_dict(state)
+
+    def dispose(self) -> None:
+        if self.router is not None:
+            self.router.stop()
+            self.router = None
+        if self.engines:
+            ray.get([e.stop.remote() for e in self.engines], timeout=120)
+            for e in self.engines:
+                ray.kill(e)
+            self.engines = []
+
+
+# -----------------------------------------------------------------------------------------------
+# samples -> train data, and the metrics
+
+
+def samples_to_train_data(samples, raw_rewards, rewards) -> dict:
+    """slime's ``_convert_samples_to_train_data``: per-sample lists the trainer consumes."""
+    data = {
+        "tokens": [s.tokens for s in samples],
+        "response_lengths": [s.response_length for s in samples],
+        "rewards": [float(r) for r in rewards],
+        "raw_reward": [float(r) for r in raw_rewards],
+        "truncated": [int(s.status.name == "TRUNCATED") for s in samples],
+        "loss_masks": [
+            [0] * s.response_length if s.remove_sample
+            else (list(s.loss_mask) if s.loss_mask is not None else [1] * s.response_length)
+            for s in samples
+        ],
+        "sample_indices": [s.index for s in samples],
+    }
+    if all(s.rollout_log_probs is not None for s in samples):
+        data["rollout_log_probs"] = [list(s.rollout_log_probs) for s in samples]
+    return data
+
+
+def rollout_metrics(args, samples, raw_rewards, rollout_time: float) -> dict:
+    n = len(samples)
+    lengths = [s.effective_response_length for s in samples]
+    group = args.n_samples_per_prompt
+    groups = [raw_rewards[i:i + group] for i in range(0, n, group)]
+    metrics = {
+        "rollout/raw_reward": sum(raw_rewards) / n,
+        "rollout/response_length": sum(lengths) / n,
+        "rollout/response_len/max": max(lengths),
+        "rollout/truncated_ratio": sum(s.status.name == "TRUNCATED" for s in samples) / n,
+        "rollout/zero_std_ratio": sum(max(g) == min(g) for g in groups) / len(groups),
+        "perf/rollout_time": rollout_time,
+    }
+    if args.rollout_num_gpus:
+        metrics["perf/tokens_per_gpu_per_sec"] = sum(lengths) / rollout_time / args.rollout_num_gpus
+    return metrics
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021, arXiv 2107.03374, eq. 1)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+def eval_metrics(args, data: dict) -> dict:
+    """eval/<name> (mean reward: pass@1 for 0/1 rewards), eval/<name>-pass@k, eval/<name>-truncated_ratio."""
+    out = {}
+    n = args.n_samples_per_eval_prompt
+    for name, result in data.items():
+        rewards = [float(r) for r in result["rewards"]]
+        out[f"eval/{name}"] = sum(rewards) / len(rewards)
+        out[f"eval/{name}-truncated_ratio"] = sum(result["truncated"]) / len(result["truncated"])
+        if n > 1:
+            per_prompt = [rewards[i:i + n] for i in range(0, len(rewards), n)]
+            k = 1
+            while k <= n:
+                scores = [pass_at_k(n, sum(r > 0 for r in p), k) for p in per_prompt]
+                out[f"eval/{name}-pass@{k}"] = sum(scores) / len(scores)
+                k *= 2
+    return out

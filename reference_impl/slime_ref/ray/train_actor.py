@@ -1,0 +1,136 @@
+"""The training ranks as Ray actors, and the group that drives them (slime's RayTrainGroup).
+
+Every rank holds a :class:`~slime_ref.backends.megatron.actor.MegatronActor`; the group calls the same
+method on every rank (the methods are collective) and takes rank 0's answer. Rank 0 also owns the
+trainer side of the weight sync (:mod:`slime_ref.weights`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import ray
+
+from slime_ref.ray.placement import Placement, scheduling
+
+logger = logging.getLogger(__name__)
+
+TRAIN_ACTOR_SHARE = 0.4  # of a bundle, as slime: a colocated engine takes another share of it
+
+
+class TrainActor:
+    """One training rank. Created by :class:`TrainGroup` with Ray resources from its bundle."""
+
+    def __init__(self, world_size: int, rank: int, master_addr: str | None, master_port: int | None):
+        from slime_ref.rollout.servers import free_port
+
+        self.world_size, self.rank = world_size, rank
+        if master_addr is None:
+            master_addr = node_address()
+            master_port = free_port(master_addr)
+        self.master_addr, self.master_port = master_addr, master_port
+        self.actor = None
+        self.weight_sync = None
+
+    def master(self) -> tuple[str, int]:
+        return self.master_addr, self.master_port
+
+    def init(self, args) -> tuple[int, dict | None]:
+        """Build the model and optimizer, load weights (resuming from --load). Returns the first
+        rollout id to run and the data-source state saved with the checkpoint (or None)."""
+        import torch
+
+        from slime_ref.backends.megatron.actor import MegatronActor
+        from slime_ref.weights.sync import WeightSync
+
+        if not torch.cuda.is_available():
+            torch.set_num_threads(max(1, args.train_num_threads))
+        self.args = args
+        self.actor = MegatronActor(args, rank=self.rank, world_size=self.world_size,
+                                   master_addr=self.master_addr, master_port=self.master_port)
+        self.weight_sync = WeightSync(args, self.actor, is_sender=self.rank == 0)
+        return self.actor.start_rollout_id, self.actor.data_state
+
+    def train(self, rollout_id: int, batch: dict) -> list[dict]:
+        return self.actor.train(rollout_id, batch)
+
+    def save(self, rollout_id: int, data_state: dict | None) -> str:
+        return str(self.actor.save(rollout_id, data_state))
+
+    def update_weights(self, engine_urls: list[str], version: int) -> dict:
+        return self.weight_sync.update(engine_urls, version)
+
+    def probe_log_probs(self, tokens: list[int], response_length: int) -> list[float]:
+        """Log-probs of the last ``response_length`` tokens under the current weights (temperature 1)."""
+        return self.actor.score_sequence(tokens, response_length)
+
+    def offload(self) -> None:
+        """Colocated: give the device to the engines while they generate."""
+        self.actor.offload()
+
+    def onload(self) -> None:
+        self.actor.onload()
+
+    def shutdown(self) -> None:
+        if self.weight_sync is not None:
+            self.weight_sync.close()
+
+
+def node_address() -> str:
+    """The address other nodes reach this one at: loopback on a private local cluster."""
+    if not os.environ.get("RAY_ADDRESS"):
+        return "127.0.0.1"
+    return ray.util.get_node_ip_address()
+
+
+class TrainGroup:
+    """``actor_num_nodes * actor_num_gpus_per_node`` TrainActors, one per bundle of the placement."""
+
+    def __init__(self, args, placement: Placement):
+        world_size = args.actor_num_nodes * args.actor_num_gpus_per_node
+        remote_cls = ray.remote(TrainActor)
+        resources = placement.bundle_resources(TRAIN_ACTOR_SHARE)
+        env = {"env_vars": {"MASTER_ADDR": "", "OMP_NUM_THREADS": str(max(1, args.train_num_threads))}}
+        self.actors = []
+        master = (None, None)
+        for rank in range(world_size):
+            actor = remote_cls.options(
+                **resources,
+                scheduling_strategy=scheduling(placement, placement.actor_bundles[rank]),
+                runtime_env=env,
+            ).remote(world_size, rank, *master)
+            if rank == 0:
+                master = ray.get(actor.master.remote(), timeout=120)
+            self.actors.append(actor)
+
+    def _all(self, method: str, *args, timeout: float | None = None):
+        return ray.get([getattr(a, method).remote(*args) for a in self.actors], timeout=timeout)
+
+    def init(self, args) -> tuple[int, dict | None]:
+        return self._all("init", args)[0]
+
+    def train(self, rollout_id: int, batch_ref) -> list[dict]:
+        return self._all("train", rollout_id, batch_ref)[0]
+
+    def save(self, rollout_id: int, data_state: dict | None) -> str:
+        return self._all("save", rollout_id, data_state)[0]
+
+    def update_weights(self, engine_urls: list[str], version: int) -> dict:
+        return self._all("update_weights", engine_urls, version)[0]
+
+    def probe_log_probs(self, tokens: list[int], response_length: int) -> list[float]:
+        return self._all("probe_log_probs", tokens, response_length)[0]
+
+    def offload(self) -> None:
+        self._all("offload")
+
+    def onload(self) -> None:
+        self._all("onload")
+
+    def shutdown(self) -> None:
+        try:
+            self._all("shutdown", timeout=60)
+        finally:
+            for a in self.actors:
+                ray.kill(a)
