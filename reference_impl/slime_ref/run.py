@@ -1,0 +1,243 @@
+"""What the training loops share: set-up and tear-down of a run, its phases, timing and logs.
+
+:class:`Run` starts (or joins) Ray, reserves the placement group, creates the rollout manager (data
+source, engines, router) and the training group, restores a checkpoint from ``--load``, and stops
+everything it started on the way out -- normal exit, error or Ctrl-C. Each phase method times itself
+into ``perf/*`` metrics; :meth:`Run.log` writes one record per rollout to ``--output-dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import ray
+
+from slime_ref.errors import UserError
+from slime_ref.utils.fileio import atomic_write_json
+from slime_ref.utils.tracking import Tracker
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_FILE = "summary.json"
+# A fixed sequence scored by trainer and engines after each sync (--check-weight-update-equal).
+PROBE_RESPONSE_LENGTH = 4
+
+
+def should_run_periodic_action(rollout_id: int, interval: int | None, num_rollout_per_epoch: int | None = None,
+                               num_rollout: int | None = None) -> bool:
+    """slime's cadence: every ``interval`` rollouts, at epoch ends, and (with ``num_rollout``) at the last."""
+    if interval is None:
+        return False
+    if num_rollout is not None and rollout_id == num_rollout - 1:
+        return True
+    step = rollout_id + 1
+    return step % interval == 0 or (num_rollout_per_epoch is not None and step % num_rollout_per_epoch == 0)
+
+
+def _unwrap(error: BaseException) -> BaseException:
+    """The user-facing cause of an error raised inside a Ray actor or task."""
+    cause = error
+    while isinstance(cause, ray.exceptions.RayError) and getattr(cause, "cause", None) is not None:
+        cause = cause.cause
+    return cause
+
+
+class Run:
+    def __init__(self, args, progress=None):
+        self.args = args
+        self.progress = progress  # a callable(event: str, **info), e.g. the quick start's display
+        self.phase_seconds: dict[str, float] = defaultdict(float)
+        self.eval_history: list[tuple[int, dict]] = []
+        self.started_ray = False
+        self.rollout = None
+        self.actor = None
+        self.tracker = None
+        self.weight_version = 0
+        self.start_rollout_id = 0
+        self.num_rollout_per_epoch = None
+        self.wall_start = time.perf_counter()
+
+    # -- set-up and tear-down -------------------------------------------------------------------
+
+    def __enter__(self) -> "Run":
+        try:
+            self._setup()
+        except BaseException as e:
+            self._teardown()
+            cause = _unwrap(e)
+            if cause is not e and isinstance(cause, UserError):
+                raise cause from None
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._teardown()
+        if exc is not None:
+            cause = _unwrap(exc)
+            if cause is not exc and isinstance(cause, UserError):
+                raise cause from None
+
+    def _setup(self) -> None:
+        from slime_ref.ray.placement import create_placement, init_ray, placement_layout
+        from slime_ref.ray.rollout_manager import RolloutManager
+        from slime_ref.ray.train_actor import TrainGroup
+
+        args = self.args
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "args.json").write_text(json.dumps({k: v for k, v in vars(args).items() if _jsonable(v)},
+                                                  indent=2, sort_keys=True, default=str))
+        start = time.perf_counter()
+        self._event("setup", detail="starting Ray")
+        bundles, _ = placement_layout(args)
+        self.started_ray = init_ray(min_cpus=bundles + 2, object_store_mb=args.ray_object_store_mb)
+        placement = create_placement(args)
+
+        self._event("setup", detail="starting engines and router" if args.rollout_num_gpus else "loading data")
+        manager_cls = ray.remote(RolloutManager)
+        self.rollout = manager_cls.options(num_cpus=0).remote(args, placement)
+        self.num_rollout_per_epoch = ray.get(self.rollout.num_rollout_per_epoch.remote(), timeout=1800)
+        if args.num_rollout is None:
+            args.num_rollout = self.num_rollout_per_epoch * args.num_epoch
+        if args.rollout_num_gpus and not args.debug_train_only:
+            args.rollout_engine_urls = ray.get(self.rollout.get_engine_urls.remote())
+        if not args.debug_rollout_only:
+            self._event("setup", detail="building the Megatron model")
+            self.actor = TrainGroup(args, placement)
+            self.start_rollout_id, data_state = self.actor.init(args)
+            if data_state is not None:
+                ray.get(self.rollout.load_data_state.remote(data_state))
+        self.tracker = Tracker(args, out)
+        self.phase_seconds["setup"] += time.perf_counter() - start
+
+    def _teardown(self) -> None:
+        if self.tracker is not None:
+            self.tracker.close()
+            self.tracker = None
+        try:
+            if self.actor is not None:
+                self.actor.shutdown()
+            if self.rollout is not None:
+                ray.get(self.rollout.dispose.remote(), timeout=180)
+                ray.kill(self.rollout)
+        except Exception as e:  # tear-down must go on: the processes below still need stopping
+            logger.warning("while stopping the run: %s", e)
+        finally:
+            self.actor = self.rollout = None
+            if self.started_ray:
+                ray.shutdown()
+                self.started_ray = False
+
+    # -- phases ---------------------------------------------------------------------------------
+
+    def _event(self, phase: str, **info) -> None:
+        if self.progress is not None:
+            self.progress(phase, **info)
+
+    def train(self, rollout_id: int, data_ref) -> dict:
+        self._event("train", rollout_id=rollout_id)
+        start = time.perf_counter()
+        steps = self.actor.train(rollout_id, data_ref)
+        elapsed = time.perf_counter() - start
+        self.phase_seconds["train"] += elapsed
+        metrics = {k: sum(s[k] for s in steps) / len(steps) for k in steps[-1] if k != "train/step"}
+        metrics["perf/train_time"] = elapsed
+        return metrics
+
+    def update_weights(self, rollout_id: int) -> dict:
+        if self.actor is None or not self.args.rollout_engine_urls:
+            return {}
+        self._event("update_weights", rollout_id=rollout_id)
+        start = time.perf_counter()
+        self.weight_version += 1
+        metrics = self.actor.update_weights(self.args.rollout_engine_urls, self.weight_version)
+        if self.args.check_weight_update_equal:
+            metrics["perf/weight_check_max_abs_diff"] = self.check_weights()
+        self.phase_seconds["update_weights"] += time.perf_counter() - start
+        return metrics
+
+    def check_weights(self) -> float:
+        """Trainer and every engine score one fixed sequence; fail unless they agree (exactly in fp32 on CPU)."""
+        import torch
+
+        tokens = list(range(3, 3 + 12))
+        theirs = ray.get(self.rollout.score.remote(tokens, PROBE_RESPONSE_LENGTH))
+        ours = self.actor.probe_log_probs(tokens, PROBE_RESPONSE_LENGTH)
+        worst = max(abs(a - b) for engine in theirs for a, b in zip(engine, ours))
+        tolerance = 1e-5 if not torch.cuda.is_available() else 5e-2
+        if worst > tolerance:
+            raise RuntimeError(f"--check-weight-update-equal: an engine's log-probs differ from the trainer's by "
+                               f"{worst:.3g} (> {tolerance:g}) after weight version {self.weight_version}")
+        return worst
+
+    def save(self, rollout_id: int) -> dict:
+        self._event("save", rollout_id=rollout_id)
+        start = time.perf_counter()
+        data_state = ray.get(self.rollout.data_state.remote())
+        self.actor.save(rollout_id, data_state)
+        elapsed = time.perf_counter() - start
+        self.phase_seconds["save"] += elapsed
+        return {"perf/save_time": elapsed}
+
+    def eval(self, rollout_id: int) -> dict:
+        self._event("eval", rollout_id=rollout_id)
+        start = time.perf_counter()
+        metrics = ray.get(self.rollout.eval.remote(rollout_id))
+        elapsed = time.perf_counter() - start
+        self.phase_seconds["eval"] += elapsed
+        metrics["perf/eval_time"] = elapsed
+        self.eval_history.append((rollout_id, metrics))
+        self.log(metrics, rollout_id, kind="eval")
+        return metrics
+
+    # colocated: engines and trainer take turns on the same devices
+    def offload_rollout(self) -> None:
+        if self.args.offload_rollout and self.args.rollout_engine_urls:
+            ray.get(self.rollout.offload.remote())
+
+    def onload_rollout(self) -> None:
+        if self.args.offload_rollout and self.args.rollout_engine_urls:
+            ray.get(self.rollout.onload.remote())
+
+    def offload_train(self) -> None:
+        if self.args.offload_train:
+            self.actor.offload()
+
+    def onload_train(self) -> None:
+        if self.args.offload_train:
+            self.actor.onload()
+
+    # -- logs -----------------------------------------------------------------------------------
+
+    def log(self, metrics: dict, rollout_id: int, kind: str = "rollout") -> None:
+        if kind == "rollout":
+            self.phase_seconds["rollout"] += metrics.get("perf/rollout_time", 0.0)
+        self.tracker.log(metrics, rollout_id)
+        self._event("logged", rollout_id=rollout_id, kind=kind, metrics=metrics)
+
+    def summary(self) -> dict:
+        first_eval = self.eval_history[0][1] if self.eval_history else {}
+        last_eval = self.eval_history[-1][1] if self.eval_history else {}
+        names = [name for name, _ in self.args.eval_datasets]
+        key = f"eval/{names[0]}" if names else None
+        summary = {
+            "num_rollout": self.args.num_rollout,
+            "start_rollout_id": self.start_rollout_id,
+            "reward_before": first_eval.get(key),
+            "reward_after": last_eval.get(key),
+            "eval": {str(rid): m for rid, m in self.eval_history},
+            "wall_s": time.perf_counter() - self.wall_start,
+            "phase_s": dict(self.phase_seconds),
+            "output_dir": str(Path(self.args.output_dir).resolve()),
+        }
+        atomic_write_json(Path(self.args.output_dir) / SUMMARY_FILE, summary)
+        return summary
+
+
+def _jsonable(value) -> bool:
+    return isinstance(value, (int, float, str, bool, type(None), list, tuple, dict))
+
