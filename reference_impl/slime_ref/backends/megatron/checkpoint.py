@@ -34,7 +34,7 @@ from slime_ref.utils.fileio import atomic_write_text
 TRACKER = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
 # keep the optimizer state resharding-friendly: any DP size can load it
-_OPTIMIZER_METADATA = {"distrib_optim_sharding_type": "fully_reshardable"}
+_OPTIMIZER_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
 
 
 def iteration_dir(root: str | Path, iteration: int | str) -> Path:
@@ -199,6 +199,40 @@ def save_release(root: str | Path, model) -> Path:
     return final
 
 
+def _materialize_adam_state(optimizer) -> None:
+    """Give a fresh optimizer empty Adam state (step 0, zero moments) for the checkpoint to load into.
+
+    Without TransformerEngine/Apex, megatron's distributed optimizer reads the step count from the
+    torch optimizer's per-parameter state, which a never-stepped optimizer does not have yet.
+    """
+    for megatron_optimizer in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner = megatron_optimizer.optimizer
+        if not isinstance(inner, (torch.optim.Adam, torch.optim.AdamW)):
+            continue
+        for group in inner.param_groups:
+            for p in group["params"]:
+                if not inner.state[p]:
+                    inner.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
+                                      "exp_avg_sq": torch.zeros_like(p)}
+
+
+def _restore_adam_step(optimizer, state: dict) -> None:
+    """Put the saved Adam step count back into every parameter's state.
+
+    megatron's parameter-state loader copies the per-parameter "step" from the load template (the
+    placeholder above) over the value it just restored from the param groups; Adam's bias
+    correction needs the real count.
+    """
+    steps = {g["step"] for g in state.get("optimizer", {}).get("param_groups", []) if g.get("step") is not None}
+    if len(steps) != 1:
+        return
+    step = float(steps.pop())
+    for megatron_optimizer in getattr(optimizer, "chained_optimizers", [optimizer]):
+        for param_state in megatron_optimizer.optimizer.state.values():
+            if "step" in param_state:
+                param_state["step"] = torch.tensor(step)
+
+
 def load_checkpoint(path: Path, model, optimizer=None, scheduler=None, *, load_optimizer: bool = True,
                     load_rng: bool = True) -> LoadedCheckpoint:
     """Load a checkpoint directory (from :func:`find_checkpoint`) into the model (and optimizer). Collective.
@@ -213,13 +247,17 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None, *, load_o
     common = dist_checkpointing.load_common_state_dict(str(path))
     # a checkpoint saved with its optimizer also holds the LR scheduler's state in common.pt
     with_optimizer = load_optimizer and optimizer is not None and "opt_param_scheduler" in common
+    if with_optimizer:
+        _materialize_adam_state(optimizer)
     with_rng = load_rng and path.name != RELEASE
     template = _state_dict(model, optimizer, scheduler, rollout_id=None, data_state=None,
                            with_optimizer=with_optimizer, with_rng=with_rng, is_loading=True)
     loaded = dist_checkpointing.load(template, str(path))
     model.load_state_dict(loaded["model"])
     if with_optimizer:
-        optimizer.load_state_dict(loaded["optimizer"])
+        with torch.no_grad():  # the dp_reshardable loader copies into leaf main params
+            optimizer.load_state_dict(loaded["optimizer"])
+        _restore_adam_step(optimizer, loaded["optimizer"])
         if scheduler is not None and loaded.get("opt_param_scheduler") is not None:
             scheduler.load_state_dict(loaded["opt_param_scheduler"])
     elif optimizer is not None:

@@ -21,11 +21,8 @@ import socket
 from pathlib import Path
 
 import click
-import torch
 
 from slime_ref.errors import UserError
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _free_port() -> int:
@@ -34,8 +31,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _single_process_model(hf_dir: Path, dtype: torch.dtype):
+def _single_process_model(hf_dir: Path, dtype):
     """Join a one-process group and build the model for ``hf_dir``'s config in ``dtype``."""
+    import torch
+
     from slime_ref.backends.megatron import initialize
     from slime_ref.backends.megatron.model import build_model, read_hf_architecture, transformer_config
 
@@ -66,14 +65,16 @@ def hf_to_torch_dist(hf_dir: str | Path, save: str | Path) -> Path:
 
 
 def torch_dist_to_hf(input_dir: str | Path, output_dir: str | Path, origin_hf_dir: str | Path) -> Path:
-    from megatron.core import dist_checkpointing
-
-    from slime_ref.backends.megatron import checkpoint, initialize
-    from slime_ref.backends.megatron.weights import save_hf_checkpoint
+    from slime_ref.backends.megatron import checkpoint
 
     path = checkpoint.find_checkpoint(input_dir)
     if path is None:
         raise UserError(f"--input-dir {input_dir}: no checkpoint there (no {checkpoint.TRACKER} or metadata.json)")
+
+    from megatron.core import dist_checkpointing
+
+    from slime_ref.backends.megatron import initialize
+    from slime_ref.backends.megatron.weights import save_hf_checkpoint
     metadata = dist_checkpointing.load_tensors_metadata(str(path))
     if "embedding.word_embeddings.weight" not in metadata:
         raise UserError(f"--input-dir {path}: the checkpoint holds no model weights")
