@@ -17,24 +17,17 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
-# slime's defaults for the algorithm flags the actor reads (slime_ref.arguments defines them)
-ALGO_DEFAULTS = dict(
-    advantage_estimator="grpo", eps_clip=0.2, eps_clip_high=0.2, eps_clip_c=None, value_clip=0.2, kl_coef=0.0,
-    use_kl_loss=False, kl_loss_coef=0.0, kl_loss_type="k1", use_unbiased_kl=False, entropy_coef=0.0,
-    gamma=1.0, lambd=1.0, normalize_advantages=False, use_tis=False, tis_clip=2.0, tis_clip_low=0.0,
-    rollout_temperature=1.0, compute_advantages_and_returns=True,
-)
+# every rollout in these tests is 8 samples: 4 prompts x 2 samples
+ROLLOUT_FLAGS = ["--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--num-rollout", "4"]
 
 
-def make_args(argv: list[str], **algo) -> argparse.Namespace:
+def make_args(argv: list[str]) -> argparse.Namespace:
+    """slime-ref's flags plus the Megatron group, parsed and validated as the trainer does."""
+    from slime_ref.arguments import build_parser, validate_args
     from slime_ref.backends.megatron.arguments import add_megatron_arguments
 
-    parser = argparse.ArgumentParser()
-    add_megatron_arguments(parser)
-    args = parser.parse_args(argv)
-    for key, value in {**ALGO_DEFAULTS, **algo}.items():
-        setattr(args, key, value)
-    return args
+    parser = add_megatron_arguments(build_parser())
+    return validate_args(parser.parse_args([*ROLLOUT_FLAGS, *argv]))
 
 
 def synthetic_batch(n: int, seed: int, vocab: int = 100) -> dict:
@@ -154,8 +147,8 @@ def parallel_worker(rank, world, port, model_dir, argv):
 
     from slime_ref.backends.megatron.actor import MegatronActor
 
-    args = make_args(["--hf-checkpoint", model_dir, *argv], use_kl_loss=True, kl_loss_coef=0.1,
-                     kl_loss_type="k2", entropy_coef=0.01)
+    args = make_args(["--hf-checkpoint", model_dir, "--use-kl-loss", "--kl-loss-coef", "0.1", "--kl-loss-type", "k2",
+                      "--entropy-coef", "0.01", *argv])
     actor = MegatronActor(args, rank=rank, world_size=world, master_port=port)
     out = {"ranks": (ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank(),
                      ps.get_data_parallel_rank())}
@@ -184,7 +177,7 @@ def architecture_worker(rank, world, port, model_dirs):
     from slime_ref.backends.megatron.weights import load_hf_weights
 
     initialize.init_distributed(rank, world, master_port=port)
-    args = make_args(["--tensor-model-parallel-size", str(world), "--attention-dropout", "0", "--hidden-dropout", "0"])
+    args = make_args(["--global-batch-size", "4", "--tensor-model-parallel-size", str(world)])
     initialize.init_model_parallel(args)
     out = {}
     for model_dir in model_dirs:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from slime_ref.algo import compute_advantages_and_returns, policy_loss_function, sft_loss_function
+from slime_ref.algo.advantages import compute_advantages_and_returns
+from slime_ref.algo.losses import policy_loss_function, sft_loss_function
 
 
 def micro_batch_loss(args, mb, log_probs: list[torch.Tensor], entropy: list[torch.Tensor], step):
