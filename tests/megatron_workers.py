@@ -106,10 +106,11 @@ def logits_vs_hf(actor, model_dir, vocab) -> float | None:
 
     g = torch.Generator().manual_seed(0)
     seqs = [torch.randint(1, vocab, (n,), generator=g) for n in PACKED_LENGTHS]
+    device = next(actor.model.parameters()).device
     actor.model.eval()
     with torch.no_grad():
-        logits = actor.model(torch.cat(seqs)[None], None, None,
-                             packed_seq_params=PackedSequence.from_lengths(PACKED_LENGTHS, "cpu"))[0]
+        logits = actor.model(torch.cat(seqs)[None].to(device), None, None,
+                             packed_seq_params=PackedSequence.from_lengths(PACKED_LENGTHS, device))[0]
     actor.model.train()
     tp = ps.get_tensor_model_parallel_world_size()
     if tp > 1:
@@ -118,7 +119,7 @@ def logits_vs_hf(actor, model_dir, vocab) -> float | None:
         logits = torch.cat(parts, dim=-1)
     if dist.get_rank() != 0:
         return None
-    return (logits[:, :vocab] - _hf_logits(model_dir, seqs)).abs().max().item()
+    return (logits[:, :vocab].float().cpu() - _hf_logits(model_dir, seqs)).abs().max().item()
 
 
 def export_vs_safetensors(actor, model_dir, bucket_bytes) -> dict | None:
@@ -130,7 +131,7 @@ def export_vs_safetensors(actor, model_dir, bucket_bytes) -> dict | None:
     if dist.get_rank() != 0:
         return None
     source = load_file(f"{model_dir}/model.safetensors")
-    exported = {name: t for bucket in buckets for name, t in bucket}
+    exported = {name: t.cpu() for bucket in buckets for name, t in bucket}
     sizes = [sum(t.numel() * t.element_size() for _, t in b) for b in buckets]
     return {
         "same_names": set(exported) == set(source) and sum(len(b) for b in buckets) == len(source),
@@ -164,6 +165,17 @@ def parallel_worker(rank, world, port, model_dir, argv):
     out["num_scored"] = len(current)
     out["ref_equals_actor"] = set(ref) == set(current) and all(torch.equal(ref[i], current[i]) for i in ref)
     out["metrics"] = [actor.train(0, batch), actor.train(1, synthetic_batch(8, seed=1))]
+
+    # the same actor continues with the supervised loss (the quick start's warm-up)
+    sft_batch = synthetic_batch(8, seed=2)
+    sft_rollout = actor._to_tensors(sft_batch)
+    scored = actor.compute_log_probs(sft_rollout, actor._schedule(sft_rollout))
+    if len(scored) == 8:  # the whole rollout on this rank: the first step's NLL can be computed here
+        masks = sft_rollout["loss_masks"]
+        out["sft_expected_first_loss"] = -sum(
+            float((scored[i] * masks[i]).sum() / masks[i].sum().clamp(min=1)) for i in range(4)) / 4
+    actor.args.loss_type = "sft_loss"
+    out["sft_metrics"] = actor.train(2, sft_batch)
     dist.barrier()
     return out
 

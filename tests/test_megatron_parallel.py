@@ -68,6 +68,16 @@ def test_loss_curve_matches_single_process(runs, layout):
     assert max(abs(a - b) / b for a, b in zip(ref_norms, grad_norms)) < 1e-5
 
 
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_sft_loss_is_the_mean_response_nll_and_layout_independent(runs, layout):
+    first = runs[layout][0]
+    if "sft_expected_first_loss" in first:
+        assert abs(first["sft_metrics"][0]["train/loss"] - first["sft_expected_first_loss"]) < 1e-6
+    reference = [s["train/loss"] for s in runs["tp1"][0]["sft_metrics"]]
+    assert max(abs(a - b) for a, b in zip(reference, [s["train/loss"] for s in first["sft_metrics"]])) < 1e-5
+    assert "sft_expected_first_loss" in runs["tp1"][0]
+
+
 def test_every_rank_reports_the_same_metrics(runs):
     for layout, results in runs.items():
         assert all(r["metrics"] == results[0]["metrics"] for r in results), layout

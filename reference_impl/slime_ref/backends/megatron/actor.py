@@ -315,6 +315,8 @@ class MegatronActor:
         rollout["tokens"] = [torch.as_tensor(t, dtype=torch.long) for t in batch["tokens"]]
         rollout["response_lengths"] = [int(r) for r in batch["response_lengths"]]
         masks = batch.get("loss_masks") or [[1] * r for r in rollout["response_lengths"]]
+        # each sample's weight in a per-token mean, counted on the host (no device syncs)
+        rollout["loss_token_counts"] = [max(int(sum(m)), 1) for m in masks]
         rollout["loss_masks"] = [torch.as_tensor(m, dtype=torch.float32, device=self.device) for m in masks]
         for i in range(n):
             if rollout["loss_masks"][i].numel() != rollout["response_lengths"][i]:
@@ -332,7 +334,7 @@ class MegatronActor:
         a = self.args
         return schedule_rollout(
             [int(t.numel()) for t in rollout["tokens"]],
-            [max(int(m.sum().item()), 1) for m in rollout["loss_masks"]],
+            rollout["loss_token_counts"],
             global_batch_size=self.global_batch_size,
             dp_rank=self.ps.get_data_parallel_rank(),
             dp_size=self.dp_size,

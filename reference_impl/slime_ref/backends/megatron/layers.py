@@ -166,6 +166,10 @@ def _rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.
 # Core attention
 
 
+# set when varlen attention raised once in this process; later calls go per sequence
+_varlen_unusable: list[str] = []
+
+
 @functools.cache
 def _varlen_attention():
     """torch's varlen flash attention and how to call it causal/GQA in this torch version, or None."""
@@ -224,16 +228,22 @@ class RopeSDPAttention(MegatronModule):
         cos, sin = self._cos_sin(packed_seq_params.position_ids, query.dtype, packed_seq_params.rope_cache)
         q = apply_rope(query, cos, sin)
         k = apply_rope(key, cos, sin)
+        out = None
         varlen = _varlen_attention()
-        if q.is_cuda and varlen is not None and dropout == 0.0:
+        flash_ok = q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and dropout == 0.0
+        if flash_ok and varlen is not None and not _varlen_unusable:
             fn, causal, has_gqa_flag = varlen
             kwargs = dict(causal, scale=self.softmax_scale)
             if has_gqa_flag:
                 kwargs["enable_gqa"] = True
             cu = packed_seq_params.cu_seqlens_q
             n = packed_seq_params.max_seqlen_q
-            out = fn(q, k, value.contiguous(), cu, cu, n, n, **kwargs)
-        else:
+            try:
+                out = fn(q, k, value.contiguous(), cu, cu, n, n, **kwargs)
+            except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
+                logger.warning("varlen flash attention failed (%s); using one SDPA call per sequence", e)
+                _varlen_unusable.append(str(e))
+        if out is None:
             out = self._per_sequence(q, k, value, packed_seq_params.cu_seqlens_cpu, dropout)
         return out.reshape(out.shape[0], -1)
 

@@ -12,6 +12,9 @@ full-vocabulary logits are never gathered. The maths runs in fp32 a chunk of row
 bf16 logits are never copied to fp32 whole; the backward recomputes each chunk's softmax from the
 saved logits and the fp32 log-sum-exp. Vocabulary rows past the HF vocabulary (padding so that TP
 divides it) are left out, so scores equal HF's exactly.
+
+On CUDA the per-chunk forward and backward are compiled: each becomes a couple of fused kernels
+that read the bf16 logits once or twice, with no fp32 copy of the chunk in memory.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-# target size of one chunk's fp32 scratch: rows * local_vocab * 4 bytes
-_CHUNK_BYTES = 256 * 1024**2
+from slime_ref.backends.megatron.layers import cuda_compiled
+
+# rows per chunk: rows * local_vocab * 4 bytes of fp32 scratch stays near this
+_CHUNK_BYTES = 512 * 1024**2
 
 
 def response_rows(total_lengths: list[int], response_lengths: list[int], device=None) -> torch.Tensor:
@@ -34,11 +39,34 @@ def response_rows(total_lengths: list[int], response_lengths: list[int], device=
     return out.to(device) if device is not None else out
 
 
-def _scaled_chunk(logits, rows, valid_cols, temperature):
-    x = logits.index_select(0, rows)[:, :valid_cols].float()
+@cuda_compiled
+def _chunk_stats(logits, rows, local_target, on_rank, valid_cols: int, temperature: float):
+    """[n, 4] per row of one chunk: local max m, sum exp(x - m), target logit (0 off-rank), sum exp(x - m) x."""
+    x = logits[rows, :valid_cols].float()
     if temperature != 1.0:
-        x.div_(temperature)
-    return x
+        x = x / temperature
+    m = x.amax(dim=-1)
+    e = torch.exp(x - m[:, None])
+    target = torch.where(on_rank, x.gather(1, local_target[:, None]).squeeze(1), 0.0)
+    return torch.stack([m, e.sum(dim=-1), target, (e * x).sum(dim=-1)], dim=-1)
+
+
+@cuda_compiled
+def _chunk_grad(logits, rows, local_target, on_rank, lse, sum_px, grad_log_prob, grad_entropy,
+                valid_cols: int, temperature: float, use_entropy: bool):
+    """d loss / d logits for one chunk of rows, [n, valid_cols] in the logits' dtype."""
+    x = logits[rows, :valid_cols].float()
+    if temperature != 1.0:
+        x = x / temperature
+    p = torch.exp(x - lse[:, None])
+    # d log p_t / dx_j = [j == t] - p_j ;  d H / dx_j = p_j (sum_k p_k x_k - x_j)
+    g = p * (-grad_log_prob[:, None])
+    if use_entropy:
+        g = g + grad_entropy[:, None] * p * (sum_px[:, None] - x)
+    g = g.scatter_add(1, local_target[:, None], (grad_log_prob * on_rank)[:, None])
+    if temperature != 1.0:
+        g = g / temperature
+    return g.to(logits.dtype)
 
 
 class _VocabParallelLogProbEntropy(torch.autograd.Function):
@@ -50,17 +78,10 @@ class _VocabParallelLogProbEntropy(torch.autograd.Function):
         local_target = targets - vocab_start
         on_rank = (local_target >= 0) & (local_target < valid_cols)
         local_target = local_target.clamp(0, valid_cols - 1)
-        # per row: local max, sum exp(x - max), target logit (0 off this rank), sum exp(x - max) * x
-        stats = torch.zeros(n, 4, dtype=torch.float32, device=logits.device)
+        stats = torch.empty(n, 4, dtype=torch.float32, device=logits.device)
         for start in range(0, n, chunk_rows):
             sl = slice(start, min(start + chunk_rows, n))
-            x = _scaled_chunk(logits, rows[sl], valid_cols, temperature)
-            m = x.max(dim=-1).values
-            e = torch.exp(x - m[:, None])
-            stats[sl, 0] = m
-            stats[sl, 1] = e.sum(dim=-1)
-            stats[sl, 2] = torch.where(on_rank[sl], x.gather(1, local_target[sl, None]).squeeze(1), 0.0)
-            stats[sl, 3] = (e * x).sum(dim=-1)
+            stats[sl] = _chunk_stats(logits, rows[sl], local_target[sl], on_rank[sl], valid_cols, temperature)
         if group is not None and dist.get_world_size(group) > 1:
             parts = [torch.empty_like(stats) for _ in range(dist.get_world_size(group))]
             dist.all_gather(parts, stats, group=group)
@@ -85,20 +106,15 @@ class _VocabParallelLogProbEntropy(torch.autograd.Function):
         valid_cols, temperature, chunk_rows = ctx.args
         grad = torch.zeros_like(logits)
         use_entropy = grad_entropy is not None and bool(grad_entropy.ne(0).any())
+        if grad_entropy is None:
+            grad_entropy = torch.zeros_like(grad_log_prob)
         n = rows.numel()
         for start in range(0, n, chunk_rows):
             sl = slice(start, min(start + chunk_rows, n))
-            x = _scaled_chunk(logits, rows[sl], valid_cols, temperature)
-            p = torch.exp(x - lse[sl, None])
-            # d log p_t / dx_j = [j == t] - p_j ;  d H / dx_j = p_j (sum_k p_k x_k - x_j)
-            g = p * (-grad_log_prob[sl, None])
-            if use_entropy:
-                g += grad_entropy[sl, None] * p * (sum_px[sl, None] - x)
-            hit = on_rank[sl].nonzero().squeeze(1)
-            g[hit, local_target[sl][hit]] += grad_log_prob[sl][hit]
-            if temperature != 1.0:
-                g.div_(temperature)
-            grad[rows[sl], :valid_cols] = g.to(grad.dtype)
+            grad[rows[sl], :valid_cols] = _chunk_grad(
+                logits, rows[sl], local_target[sl], on_rank[sl], lse[sl], sum_px[sl], grad_log_prob[sl],
+                grad_entropy[sl], valid_cols, temperature, use_entropy,
+            )
         return grad, None, None, None, None, None, None, None
 
 
