@@ -126,7 +126,6 @@ class MegatronActor:
             with_ref = bool(getattr(args, "use_kl_loss", False)) or getattr(args, "kl_coef", 0.0) != 0
         self.data_state: dict | None = None
         self.start_rollout_id = self._load_initial_weights(with_ref)
-        self.weights.backup("actor")
 
     # -----------------------------------------------------------------------------------------
     # construction
@@ -246,10 +245,15 @@ class MegatronActor:
 
     @contextmanager
     def _weights(self, tag: str):
-        """Run with the ``tag`` weights in the model, then put the actor's back."""
+        """Run with the ``tag`` weights in the model, then put the actor's back.
+
+        The actor's copy is taken here, at the swap, so runs without a reference model never
+        copy their weights to the host.
+        """
         if tag == "actor":
             yield
             return
+        self.weights.backup("actor")
         self.weights.restore(tag)
         try:
             yield
@@ -359,7 +363,6 @@ class MegatronActor:
             step_metrics = self._train_step(rollout, step)
             step_metrics["train/step"] = rollout_id * len(schedule) + step_id
             metrics.append(step_metrics)
-        self.weights.backup("actor")
         return metrics
 
     def _prepare_policy_data(self, rollout: dict, schedule: list[StepSchedule]) -> None:
