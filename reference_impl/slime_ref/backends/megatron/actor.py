@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from megatron.core import parallel_state as ps
 
 from slime_ref.backends.megatron import checkpoint as ckpt
 from slime_ref.backends.megatron import initialize, losses
@@ -81,29 +82,24 @@ class MegatronActor:
     """Model, optimizer and checkpoints of one training rank.
 
     Args:
-        args: parsed flags (see ``arguments.add_megatron_arguments``; the loss flags come from
-            ``slime_ref.algo``'s group).
-        rank, world_size: this process's place in the training job. When torch.distributed is
-            already initialised they are taken from it.
+        args: flags parsed and validated by ``slime_ref.arguments`` with the group from
+            ``arguments.add_megatron_arguments`` added.
+        rank, world_size: this process's place in the training job (not needed when
+            torch.distributed is already initialised).
         master_port: rendezvous port on ``master_addr`` (default: MASTER_PORT from the environment).
         with_ref: keep a reference model; default: when ``--use-kl-loss`` or ``--kl-coef`` asks for it.
+
+    After construction, ``start_rollout_id`` is the first rollout to run and ``data_state`` the
+    data-source state a resumed checkpoint carried (None for a fresh run).
     """
 
     def __init__(self, args, *, rank: int | None = None, world_size: int | None = None,
                  master_addr: str = "127.0.0.1", master_port: int | None = None, with_ref: bool | None = None):
         validate_megatron_args(args)
         self.args = args
-        if not dist.is_initialized():
-            if rank is None or world_size is None:
-                raise ValueError("rank and world_size are needed to join the process group")
-            initialize.init_distributed(rank, world_size, master_addr, master_port,
-                                        timeout_minutes=args.distributed_timeout_minutes)
-        initialize.init_distributed(dist.get_rank(), dist.get_world_size())  # applies cpu_compat if needed
+        initialize.init_distributed(rank, world_size, master_addr, master_port,
+                                    timeout_minutes=args.distributed_timeout_minutes)
         initialize.init_model_parallel(args)
-
-        from megatron.core import parallel_state as ps
-
-        self.ps = ps
         if not args.hf_checkpoint:
             raise UserError("--hf-checkpoint is required: the model is built from its config.json")
         self.arch = read_hf_architecture(args.hf_checkpoint)
@@ -123,7 +119,7 @@ class MegatronActor:
         self.weights = WeightsBackup(self.model)
 
         if with_ref is None:
-            with_ref = bool(getattr(args, "use_kl_loss", False)) or getattr(args, "kl_coef", 0.0) != 0
+            with_ref = args.use_kl_loss or args.kl_coef != 0
         self.data_state: dict | None = None
         self.start_rollout_id = self._load_initial_weights(with_ref)
 
@@ -142,7 +138,7 @@ class MegatronActor:
 
     @property
     def use_distributed_optimizer(self) -> bool:
-        return bool(self.args.use_distributed_optimizer) or self.ps.get_data_parallel_world_size() > 1
+        return bool(self.args.use_distributed_optimizer) or ps.get_data_parallel_world_size() > 1
 
     def _build_optimizer(self):
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
@@ -154,7 +150,7 @@ class MegatronActor:
             clip_grad=a.clip_grad, bf16=a.bf16, fp16=False, params_dtype=self.config.params_dtype,
             use_distributed_optimizer=self.use_distributed_optimizer,
         )
-        # gloo groups only matter for CPU-side optimizer state gathers
+        # megatron's extra gloo groups serve only the dp_zero checkpoint format, which we do not write
         return get_megatron_optimizer(config, [self.model], use_gloo_process_groups=False)
 
     def _build_scheduler(self):
@@ -163,11 +159,9 @@ class MegatronActor:
 
         a = self.args
         gbs = self.global_batch_size
-        num_rollout = getattr(a, "num_rollout", None)
-        per_rollout = getattr(a, "rollout_batch_size", None), getattr(a, "n_samples_per_prompt", None)
-        if num_rollout and all(per_rollout):
-            train_iters = max(1, num_rollout * per_rollout[0] * per_rollout[1] // gbs)
-        else:
+        if a.num_rollout:
+            train_iters = max(1, a.num_rollout * a.rollout_batch_size * a.n_samples_per_prompt // gbs)
+        else:  # --num-epoch: the run's length is known only to the data source
             train_iters = a.lr_decay_iters or 1
         decay_iters = a.lr_decay_iters or train_iters
         if a.lr_warmup_fraction is not None:
@@ -195,13 +189,10 @@ class MegatronActor:
 
     @property
     def global_batch_size(self) -> int:
-        a = self.args
-        if a.global_batch_size:
-            return a.global_batch_size
-        per_rollout = getattr(a, "rollout_batch_size", None), getattr(a, "n_samples_per_prompt", None)
-        if all(per_rollout) and a.num_steps_per_rollout:
-            return per_rollout[0] * per_rollout[1] // a.num_steps_per_rollout
-        raise UserError("--global-batch-size is required (or --num-steps-per-rollout with the rollout batch flags)")
+        """Samples per optimizer step (slime_ref.arguments derives it from --num-steps-per-rollout)."""
+        if not self.args.global_batch_size:
+            raise UserError("set --global-batch-size (samples per optimizer step) or --num-steps-per-rollout")
+        return self.args.global_batch_size
 
     def _load_weights_from(self, path: str) -> None:
         """HF directory or checkpoint (weights only) into the model."""
@@ -263,11 +254,12 @@ class MegatronActor:
     def _forward(self, mb: PackedMicroBatch):
         return self.model(mb.tokens, None, None, packed_seq_params=mb.packed)
 
-    def _score(self, mb: PackedMicroBatch, logits, *, with_entropy: bool):
+    def _score(self, mb: PackedMicroBatch, logits):
+        """(log-probs, entropies) of each response token, with the rollout's sampling temperature."""
         return response_log_probs(
             logits, mb.tokens, mb.total_lengths, mb.response_lengths,
             vocab_size=self.arch.vocab_size,
-            temperature=getattr(self.args, "rollout_temperature", 1.0),
+            temperature=self.args.rollout_temperature,
             chunk_rows=self.args.log_probs_chunk_size,
         )
 
@@ -296,7 +288,7 @@ class MegatronActor:
         """
 
         def collect(mb, logits):
-            log_probs, _ = self._score(mb, logits, with_entropy=False)
+            log_probs, _ = self._score(mb, logits)
             return logits.new_zeros(()), {"indices": mb.sample_indices, "log_probs": log_probs}
 
         out: dict[int, torch.Tensor] = {}
@@ -340,7 +332,7 @@ class MegatronActor:
             [int(t.numel()) for t in rollout["tokens"]],
             rollout["loss_token_counts"],
             global_batch_size=self.global_batch_size,
-            dp_rank=self.ps.get_data_parallel_rank(),
+            dp_rank=ps.get_data_parallel_rank(),
             dp_size=self.dp_size,
             micro_batch_size=a.micro_batch_size,
             use_dynamic_batch_size=a.use_dynamic_batch_size,
@@ -355,7 +347,7 @@ class MegatronActor:
         a = self.args
         rollout = self._to_tensors(batch)
         schedule = self._schedule(rollout)
-        if a.loss_type == "policy_loss" and getattr(a, "compute_advantages_and_returns", True):
+        if a.loss_type == "policy_loss" and a.compute_advantages_and_returns:
             self._prepare_policy_data(rollout, schedule)
         self.model.train()
         metrics = []
@@ -372,17 +364,13 @@ class MegatronActor:
         if "ref" in self.weights.tags:
             rollout["ref_log_probs"] = _by_index(self.compute_log_probs(rollout, schedule, "ref"), n)
         # one on-policy step can take the old log-probs from its own (detached) training forward
-        reuse_training_forward = (
-            len(schedule) == 1 and getattr(a, "kl_coef", 0.0) == 0 and getattr(a, "advantage_estimator", "grpo") != "gspo"
-        )
+        reuse_training_forward = len(schedule) == 1 and a.kl_coef == 0 and a.advantage_estimator != "gspo"
         if not a.use_rollout_logprobs and not reuse_training_forward:
             rollout["log_probs"] = _by_index(self.compute_log_probs(rollout, schedule, "actor"), n)
-        if not self.ps.is_pipeline_last_stage():
+        if not ps.is_pipeline_last_stage():
             return
         mine = [i for step in schedule for mb in step.micro_batches for i in mb]
-        advantages, returns = losses.advantages_and_returns(
-            a, rollout, mine, process_group=self.ps.get_data_parallel_group()
-        )
+        advantages, returns = losses.advantages_and_returns(a, rollout, mine, process_group=ps.get_data_parallel_group())
         rollout["advantages"], rollout["returns"] = [None] * n, [None] * n
         for i, adv, ret in zip(mine, advantages, returns):
             rollout["advantages"][i], rollout["returns"][i] = adv, ret
@@ -395,7 +383,7 @@ class MegatronActor:
         scale = num_mb * self.dp_size  # undo megatron's 1/num_microbatches and DDP's 1/dp: partials add up
 
         def loss_fn(mb, logits):
-            log_probs, entropy = self._score(mb, logits, with_entropy=a.loss_type == "policy_loss")
+            log_probs, entropy = self._score(mb, logits)
             loss, metrics = losses.micro_batch_loss(a, mb, log_probs, entropy, step)
             return loss * scale, metrics
 
@@ -417,13 +405,10 @@ class MegatronActor:
 
     def _reduce_metrics(self, results: list[dict]) -> dict[str, float]:
         """Sum the micro-batch partials over micro-batches and DP ranks; share from the last PP stage."""
-        ps = self.ps
         payload = None
         if ps.is_pipeline_last_stage():
-            names = sorted(results[0]) if results else []
-            sums = torch.stack([torch.stack([r[k].float() for r in results]).sum() for k in names]) if names \
-                else torch.zeros(0)
-            sums = sums.to(self.device)
+            names = sorted(results[0])
+            sums = torch.stack([sum(r[k].float() for r in results) for k in names]).to(self.device)
             if self.dp_size > 1:
                 dist.all_reduce(sums, group=ps.get_data_parallel_group())
             payload = {f"train/{k}": float(v) for k, v in zip(names, sums.tolist())}

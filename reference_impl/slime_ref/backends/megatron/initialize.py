@@ -19,12 +19,17 @@ from slime_ref.backends.megatron import cpu_compat
 from slime_ref.errors import UserError
 
 
-def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1", master_port: int | None = None,
-                     timeout_minutes: int = 10) -> None:
-    """Join the default process group (idempotent). The address defaults to the environment's."""
+def init_distributed(rank: int | None, world_size: int | None, master_addr: str = "127.0.0.1",
+                     master_port: int | None = None, timeout_minutes: int = 10) -> None:
+    """Join the default process group, unless this process already has (then rank/world_size may be None).
+
+    Applies :mod:`cpu_compat` first on machines without CUDA.
+    """
     cpu_compat.apply()
     if dist.is_initialized():
         return
+    if rank is None or world_size is None:
+        raise ValueError("rank and world_size are needed to join the process group")
     if torch.cuda.is_available():
         torch.cuda.set_device(rank % torch.cuda.device_count())
     os.environ.setdefault("MASTER_ADDR", master_addr)
