@@ -243,6 +243,7 @@ def resume_worker(rank, world, port, model_dir, argv, stop, crash_marker=None, c
     for rollout_id in range(actor.start_rollout_id, stop):
         metrics = actor.train(rollout_id, synthetic_batch(8, seed=rollout_id))
         out["losses"][rollout_id] = [m["train/loss"] for m in metrics]
+        out.setdefault("lrs", []).extend(m["train/lr"] for m in metrics)
         if args.save:
             actor.save(rollout_id, data_state={"next_offset": rollout_id + 1})
     return out

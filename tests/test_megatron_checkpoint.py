@@ -62,6 +62,13 @@ def crashed(tiny, tmp_path_factory):
     return save
 
 
+def test_learning_rate_warms_up_then_decays(uninterrupted):
+    # --lr-warmup-iters 2 of --global-batch-size 4: the scheduler counts samples, as slime's does
+    lrs = uninterrupted["lrs"]
+    assert lrs[:3] == pytest.approx([0.0, 5e-4, 1e-3], abs=1e-12)
+    assert 0 < lrs[3] < lrs[2] and all(b <= a for a, b in zip(lrs[2:], lrs[3:]))
+
+
 def test_a_save_killed_midway_leaves_the_previous_checkpoint_current(crashed):
     assert (crashed / "latest_checkpointed_iteration.txt").read_text().strip() == str(CRASH_AT - 1)
     assert (crashed / f".iter_{CRASH_AT:07d}.partial").is_dir()  # written, never published

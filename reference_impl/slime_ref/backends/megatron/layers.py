@@ -177,9 +177,13 @@ def _varlen_attention():
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:
         return None
+    # the keyword API changed across torch releases: is_causal became window_size=(-1, 0),
+    # enable_gqa appeared later (older releases pass GQA straight to the flash kernel)
     params = inspect.signature(varlen_attn).parameters
     kwargs = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
-    return varlen_attn, kwargs, "enable_gqa" in params
+    if "enable_gqa" in params:
+        kwargs["enable_gqa"] = True
+    return varlen_attn, kwargs, "scale" in params
 
 
 class RopeSDPAttention(MegatronModule):
@@ -230,12 +234,14 @@ class RopeSDPAttention(MegatronModule):
         k = apply_rope(key, cos, sin)
         out = None
         varlen = _varlen_attention()
-        flash_ok = q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and dropout == 0.0
-        if flash_ok and varlen is not None and not _varlen_unusable:
-            fn, causal, has_gqa_flag = varlen
-            kwargs = dict(causal, scale=self.softmax_scale)
-            if has_gqa_flag:
-                kwargs["enable_gqa"] = True
+        # flash kernels: 16-bit inputs, no dropout; an explicit scale needs a torch that takes one
+        if (
+            q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and dropout == 0.0
+            and varlen is not None and not _varlen_unusable and (self.softmax_scale is None or varlen[2])
+        ):
+            fn, kwargs, _ = varlen
+            if self.softmax_scale is not None:
+                kwargs = {**kwargs, "scale": self.softmax_scale}
             cu = packed_seq_params.cu_seqlens_q
             n = packed_seq_params.max_seqlen_q
             try:
