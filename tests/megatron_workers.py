@@ -176,6 +176,15 @@ def parallel_worker(rank, world, port, model_dir, argv):
             float((scored[i] * masks[i]).sum() / masks[i].sum().clamp(min=1)) for i in range(4)) / 4
     actor.args.loss_type = "sft_loss"
     out["sft_metrics"] = actor.train(2, sft_batch)
+
+    if world == 1:
+        # --use-rollout-logprobs with the engine's log-probs equal to the trainer's: nothing is off-policy
+        rl_batch = synthetic_batch(8, seed=3)
+        rl_rollout = actor._to_tensors(rl_batch)
+        scored = actor.compute_log_probs(rl_rollout, actor._schedule(rl_rollout))
+        rl_batch["rollout_log_probs"] = [scored[i].tolist() for i in range(8)]
+        actor.args.loss_type, actor.args.use_rollout_logprobs = "policy_loss", True
+        out["rollout_logprob_metrics"] = actor.train(3, rl_batch)
     dist.barrier()
     return out
 

@@ -78,6 +78,12 @@ def test_sft_loss_is_the_mean_response_nll_and_layout_independent(runs, layout):
     assert "sft_expected_first_loss" in runs["tp1"][0]
 
 
+def test_rollout_logprobs_from_an_engine_that_agrees_leave_nothing_off_policy(runs):
+    first_step = runs["tp1"][0]["rollout_logprob_metrics"][0]
+    assert first_step["train/ppo_kl"] == 0.0 and first_step["train/train_rollout_logprob_abs_diff"] == 0.0
+    assert runs["tp1"][0]["rollout_logprob_metrics"][1]["train/ppo_kl"] != 0.0
+
+
 def test_every_rank_reports_the_same_metrics(runs):
     for layout, results in runs.items():
         assert all(r["metrics"] == results[0]["metrics"] for r in results), layout
