@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from slime_ref import __version__
+from slime_ref.backends.megatron.convert import convert
 from slime_ref.errors import run_cli
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -82,6 +83,9 @@ def plot_cmd(run_dir: Path, out: Path | None) -> None:
     from slime_ref.plot import plot_run
 
     click.echo(f"wrote {plot_run(run_dir, out)}")
+
+
+cli.add_command(convert)
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Training backends. Megatron-core is the one backend, as in slime."""

@@ -1,0 +1,446 @@
+"""The training actor on megatron-core (slime/backends/megatron_utils/actor.py, at reference size).
+
+One ``MegatronActor`` runs in each training process (a Ray actor in the trainer, a spawned process
+in tests). All ranks are constructed with the same flags and call the same methods in the same
+order; the methods are collective.
+
+``train(rollout_id, batch)`` takes the whole rollout's train data (slime's
+``_convert_samples_to_train_data`` dict) on every rank and:
+
+1. splits it into optimizer steps, micro-batches and data-parallel shares (``data.py``);
+2. with a reference model (``--use-kl-loss`` or ``--kl-coef``), swaps the reference weights in from
+   their CPU copy, scores the responses, and swaps the actor back;
+3. scores the responses with the current weights: the old policy's log-probs (skipped with
+   ``--use-rollout-logprobs``, or when a single on-policy step can reuse the training forward);
+4. computes advantages and returns;
+5. runs ``--num-steps-per-rollout`` optimizer steps of ``--global-batch-size`` samples.
+
+``--loss-type sft_loss`` skips 2-4 and trains on the response tokens' log-likelihood.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state as ps
+
+from slime_ref.backends.megatron import checkpoint as ckpt
+from slime_ref.backends.megatron import initialize, losses
+from slime_ref.backends.megatron.arguments import validate_megatron_args
+from slime_ref.backends.megatron.data import PackedMicroBatch, StepSchedule, pack_micro_batch, schedule_rollout
+from slime_ref.backends.megatron.logprobs import response_log_probs
+from slime_ref.backends.megatron.model import build_model, read_hf_architecture, transformer_config
+from slime_ref.backends.megatron.weights import iter_hf_weight_buckets, load_hf_weights, save_hf_checkpoint, unwrap
+from slime_ref.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+# per-sample response tensors that travel with a micro-batch into the loss
+_LOSS_KEYS = ("loss_masks", "advantages", "returns", "log_probs", "ref_log_probs", "rollout_log_probs")
+
+
+class WeightsBackup:
+    """CPU copies of this rank's parameters under tags ("actor", "ref"), swapped into the one model.
+
+    slime's TensorBackuper: the reference model costs host memory, not device memory.
+    """
+
+    def __init__(self, model):
+        self._params = list(unwrap(model).named_parameters())
+        self._copies: dict[str, dict[str, torch.Tensor]] = {}
+
+    @property
+    def tags(self) -> list[str]:
+        return list(self._copies)
+
+    @torch.no_grad()
+    def backup(self, tag: str) -> None:
+        copies = self._copies.setdefault(tag, {})
+        pin = torch.cuda.is_available()
+        for name, param in self._params:
+            if name not in copies:
+                copies[name] = torch.empty(param.shape, dtype=param.dtype, device="cpu", pin_memory=pin)
+            copies[name].copy_(param.detach(), non_blocking=pin)
+        if pin:
+            torch.cuda.synchronize()
+
+    @torch.no_grad()
+    def restore(self, tag: str) -> None:
+        copies = self._copies[tag]
+        for name, param in self._params:
+            param.copy_(copies[name], non_blocking=torch.cuda.is_available())
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+
+class MegatronActor:
+    """Model, optimizer and checkpoints of one training rank.
+
+    Args:
+        args: flags parsed and validated by ``slime_ref.arguments`` with the group from
+            ``arguments.add_megatron_arguments`` added.
+        rank, world_size: this process's place in the training job (not needed when
+            torch.distributed is already initialised).
+        master_port: rendezvous port on ``master_addr`` (default: MASTER_PORT from the environment).
+        with_ref: keep a reference model; default: when ``--use-kl-loss`` or ``--kl-coef`` asks for it.
+
+    After construction, ``start_rollout_id`` is the first rollout to run and ``data_state`` the
+    data-source state a resumed checkpoint carried (None for a fresh run).
+    """
+
+    def __init__(self, args, *, rank: int | None = None, world_size: int | None = None,
+                 master_addr: str = "127.0.0.1", master_port: int | None = None, with_ref: bool | None = None):
+        validate_megatron_args(args)
+        self.args = args
+        initialize.init_distributed(rank, world_size, master_addr, master_port,
+                                    timeout_minutes=args.distributed_timeout_minutes)
+        initialize.init_model_parallel(args)
+        if not args.hf_checkpoint:
+            raise UserError("--hf-checkpoint is required: the model is built from its config.json")
+        self.arch = read_hf_architecture(args.hf_checkpoint)
+        self.config = transformer_config(self.arch, args)
+        if args.recompute_granularity:
+            self.config.recompute_granularity = args.recompute_granularity
+            self.config.recompute_method = args.recompute_method
+            self.config.recompute_num_layers = args.recompute_num_layers
+        self.dp_size = ps.get_data_parallel_world_size()
+        self.model = self._wrap_ddp(
+            build_model(self.arch, self.config, pre_process=ps.is_pipeline_first_stage(),
+                        post_process=ps.is_pipeline_last_stage())
+        )
+        self.optimizer = self._build_optimizer()
+        self.scheduler = self._build_scheduler()
+        self.device = next(self.model.parameters()).device
+        self.weights = WeightsBackup(self.model)
+
+        if with_ref is None:
+            with_ref = args.use_kl_loss or args.kl_coef != 0
+        self.data_state: dict | None = None
+        self.start_rollout_id = self._load_initial_weights(with_ref)
+
+    # -----------------------------------------------------------------------------------------
+    # construction
+
+    def _wrap_ddp(self, model):
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=self.args.accumulate_allreduce_grads_in_fp32 or not self.args.bf16,
+            overlap_grad_reduce=False,
+            use_distributed_optimizer=self.use_distributed_optimizer,
+        )
+        return DistributedDataParallel(config=self.config, ddp_config=ddp_config, module=model)
+
+    @property
+    def use_distributed_optimizer(self) -> bool:
+        return bool(self.args.use_distributed_optimizer) or ps.get_data_parallel_world_size() > 1
+
+    def _build_optimizer(self):
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        a = self.args
+        config = OptimizerConfig(
+            optimizer=a.optimizer, lr=a.lr, min_lr=a.min_lr, weight_decay=a.weight_decay,
+            adam_beta1=a.adam_beta1, adam_beta2=a.adam_beta2, adam_eps=a.adam_eps, sgd_momentum=a.sgd_momentum,
+            clip_grad=a.clip_grad, bf16=a.bf16, fp16=False, params_dtype=self.config.params_dtype,
+            use_distributed_optimizer=self.use_distributed_optimizer,
+        )
+        # megatron's extra gloo groups serve only the dp_zero checkpoint format, which we do not write
+        return get_megatron_optimizer(config, [self.model], use_gloo_process_groups=False)
+
+    def _build_scheduler(self):
+        """Megatron's OptimizerParamScheduler, counted in samples as slime counts it."""
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        a = self.args
+        gbs = self.global_batch_size
+        if a.num_rollout:
+            train_iters = max(1, a.num_rollout * a.rollout_batch_size * a.n_samples_per_prompt // gbs)
+        else:  # --num-epoch: the run's length is known only to the data source
+            train_iters = a.lr_decay_iters or 1
+        decay_iters = a.lr_decay_iters or train_iters
+        if a.lr_warmup_fraction is not None:
+            warmup_steps = a.lr_warmup_fraction * decay_iters * gbs
+        else:
+            warmup_steps = a.lr_warmup_iters * gbs
+        wd = a.weight_decay
+        return OptimizerParamScheduler(
+            self.optimizer,
+            init_lr=a.lr_warmup_init,
+            max_lr=a.lr,
+            min_lr=a.min_lr,
+            lr_warmup_steps=warmup_steps,
+            lr_decay_steps=decay_iters * gbs,
+            lr_decay_style=a.lr_decay_style,
+            start_wd=a.start_weight_decay if a.start_weight_decay is not None else wd,
+            end_wd=a.end_weight_decay if a.end_weight_decay is not None else wd,
+            wd_incr_steps=train_iters * gbs,
+            wd_incr_style=a.weight_decay_incr_style,
+            use_checkpoint_opt_param_scheduler=True,
+            override_opt_param_scheduler=False,
+            wsd_decay_steps=a.lr_wsd_decay_iters * gbs if a.lr_wsd_decay_iters else None,
+            lr_wsd_decay_style=a.lr_wsd_decay_style,
+        )
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimizer step (slime_ref.arguments derives it from --num-steps-per-rollout)."""
+        if not self.args.global_batch_size:
+            raise UserError("set --global-batch-size (samples per optimizer step) or --num-steps-per-rollout")
+        return self.args.global_batch_size
+
+    def _load_weights_from(self, path: str) -> None:
+        """HF directory or checkpoint (weights only) into the model."""
+        found = ckpt.find_checkpoint(path) if ckpt.is_megatron_checkpoint(path) else None
+        if found is not None:
+            ckpt.load_checkpoint(found, unwrap(self.model), load_optimizer=False, load_rng=False)
+        elif (Path(path) / "config.json").is_file():
+            load_hf_weights(self.model, self.arch, path)
+        else:
+            raise UserError(f"{path}: neither an HF model directory nor a checkpoint (no tracker / metadata.json)")
+
+    def _load_initial_weights(self, with_ref: bool) -> int:
+        """Reference copy, then the actor's weights: resume from --load, else start from the initial model.
+
+        Returns the first rollout id to run.
+        """
+        a = self.args
+        initial = a.ref_load or a.hf_checkpoint
+        if with_ref:
+            self._load_weights_from(initial)
+            self.weights.backup("ref")
+        resume = ckpt.find_checkpoint(a.load, a.ckpt_step) if a.load and ckpt.is_megatron_checkpoint(a.load) else None
+        if resume is not None and resume.name != ckpt.RELEASE:
+            loaded = ckpt.load_checkpoint(
+                resume, unwrap(self.model), self.optimizer, self.scheduler,
+                load_optimizer=not a.no_load_optim, load_rng=not a.no_load_rng,
+            )
+            self.data_state = loaded.data_state
+            return int(loaded.rollout_id) + 1
+        if resume is not None or (a.load and (Path(a.load) / "config.json").is_file()):
+            source = a.load  # a converted (release) checkpoint or an HF directory: fine-tune from it
+        else:
+            source = initial  # --load names an empty save directory: a fresh run
+        if not (with_ref and source == initial):
+            self._load_weights_from(source)
+        self.optimizer.reload_model_params()
+        return 0
+
+    # -----------------------------------------------------------------------------------------
+    # forward passes
+
+    @contextmanager
+    def _weights(self, tag: str):
+        """Run with the ``tag`` weights in the model, then put the actor's back.
+
+        The actor's copy is taken here, at the swap, so runs without a reference model never
+        copy their weights to the host.
+        """
+        if tag == "actor":
+            yield
+            return
+        self.weights.backup("actor")
+        self.weights.restore(tag)
+        try:
+            yield
+        finally:
+            self.weights.restore("actor")
+
+    def _forward(self, mb: PackedMicroBatch):
+        return self.model(mb.tokens, None, None, packed_seq_params=mb.packed)
+
+    def _score(self, mb: PackedMicroBatch, logits):
+        """(log-probs, entropies) of each response token, with the rollout's sampling temperature."""
+        return response_log_probs(
+            logits, mb.tokens, mb.total_lengths, mb.response_lengths,
+            vocab_size=self.arch.vocab_size,
+            temperature=self.args.rollout_temperature,
+            chunk_rows=self.args.log_probs_chunk_size,
+        )
+
+    def _run_schedule(self, micro_batches: list[PackedMicroBatch], loss_fn, *, forward_only: bool) -> list[dict]:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        def forward_step(data_iterator, model):
+            mb = next(data_iterator)
+            return self._forward(mb), partial(loss_fn, mb)
+
+        return get_forward_backward_func()(
+            forward_step_func=forward_step,
+            data_iterator=iter(micro_batches),
+            model=[self.model],
+            num_microbatches=len(micro_batches),
+            seq_length=max(mb.tokens.shape[1] for mb in micro_batches),
+            micro_batch_size=1,
+            forward_only=forward_only,
+        )
+
+    @torch.no_grad()
+    def compute_log_probs(self, rollout: dict, schedule: list[StepSchedule], tag: str = "actor") -> dict[int, torch.Tensor]:
+        """Response log-probs of this rank's samples under the ``tag`` weights (eval mode).
+
+        Returns {sample index: [R_i] fp32 tensor} on the last pipeline stage, {} elsewhere.
+        """
+
+        def collect(mb, logits):
+            log_probs, _ = self._score(mb, logits)
+            return logits.new_zeros(()), {"indices": mb.sample_indices, "log_probs": log_probs}
+
+        out: dict[int, torch.Tensor] = {}
+        self.model.eval()
+        with self._weights(tag):
+            for step in schedule:
+                mbs = [pack_micro_batch(rollout, m, self.device) for m in step.micro_batches]
+                for result in self._run_schedule(mbs, collect, forward_only=True):
+                    out.update(zip(result["indices"], result["log_probs"]))
+        self.model.train()
+        return out
+
+    # -----------------------------------------------------------------------------------------
+    # training
+
+    def _to_tensors(self, batch: dict) -> dict:
+        """The train-data dict with per-sample tensors on this rank's device."""
+        rollout = dict(batch)
+        n = len(batch["tokens"])
+        rollout["tokens"] = [torch.as_tensor(t, dtype=torch.long) for t in batch["tokens"]]
+        rollout["response_lengths"] = [int(r) for r in batch["response_lengths"]]
+        masks = batch.get("loss_masks") or [[1] * r for r in rollout["response_lengths"]]
+        # each sample's weight in a per-token mean, counted on the host (no device syncs)
+        rollout["loss_token_counts"] = [max(int(sum(m)), 1) for m in masks]
+        rollout["loss_masks"] = [torch.as_tensor(m, dtype=torch.float32, device=self.device) for m in masks]
+        for i in range(n):
+            if rollout["loss_masks"][i].numel() != rollout["response_lengths"][i]:
+                raise UserError(f"sample {i}: loss mask has {rollout['loss_masks'][i].numel()} entries for "
+                                f"{rollout['response_lengths'][i]} response tokens")
+            if rollout["response_lengths"][i] >= rollout["tokens"][i].numel():
+                raise UserError(f"sample {i}: the response must leave at least one prompt token")
+        if batch.get("rollout_log_probs") is not None:
+            rollout["rollout_log_probs"] = [
+                torch.as_tensor(lp, dtype=torch.float32, device=self.device) for lp in batch["rollout_log_probs"]
+            ]
+        return rollout
+
+    def _schedule(self, rollout: dict) -> list[StepSchedule]:
+        a = self.args
+        return schedule_rollout(
+            [int(t.numel()) for t in rollout["tokens"]],
+            rollout["loss_token_counts"],
+            global_batch_size=self.global_batch_size,
+            dp_rank=ps.get_data_parallel_rank(),
+            dp_size=self.dp_size,
+            micro_batch_size=a.micro_batch_size,
+            use_dynamic_batch_size=a.use_dynamic_batch_size,
+            max_tokens_per_gpu=a.max_tokens_per_gpu,
+        )
+
+    def train(self, rollout_id: int, batch: dict) -> list[dict[str, float]]:
+        """Train on one rollout (see the module docstring). Returns each optimizer step's metrics.
+
+        The metrics are slime's ``train/*`` names, reduced over all ranks; every rank returns them.
+        """
+        a = self.args
+        rollout = self._to_tensors(batch)
+        schedule = self._schedule(rollout)
+        if a.loss_type == "policy_loss" and a.compute_advantages_and_returns:
+            self._prepare_policy_data(rollout, schedule)
+        self.model.train()
+        metrics = []
+        for step_id, step in enumerate(schedule):
+            step_metrics = self._train_step(rollout, step)
+            step_metrics["train/step"] = rollout_id * len(schedule) + step_id
+            metrics.append(step_metrics)
+        return metrics
+
+    def _prepare_policy_data(self, rollout: dict, schedule: list[StepSchedule]) -> None:
+        """ref/old log-probs and advantages of this rank's samples, stored per sample in ``rollout``."""
+        a = self.args
+        n = len(rollout["tokens"])
+        if "ref" in self.weights.tags:
+            rollout["ref_log_probs"] = _by_index(self.compute_log_probs(rollout, schedule, "ref"), n)
+        # one on-policy step can take the old log-probs from its own (detached) training forward
+        reuse_training_forward = len(schedule) == 1 and a.kl_coef == 0 and a.advantage_estimator != "gspo"
+        if not a.use_rollout_logprobs and not reuse_training_forward:
+            rollout["log_probs"] = _by_index(self.compute_log_probs(rollout, schedule, "actor"), n)
+        if not ps.is_pipeline_last_stage():
+            return
+        mine = [i for step in schedule for mb in step.micro_batches for i in mb]
+        advantages, returns = losses.advantages_and_returns(a, rollout, mine, process_group=ps.get_data_parallel_group())
+        rollout["advantages"], rollout["returns"] = [None] * n, [None] * n
+        for i, adv, ret in zip(mine, advantages, returns):
+            rollout["advantages"][i], rollout["returns"][i] = adv, ret
+
+    def _train_step(self, rollout: dict, step: StepSchedule) -> dict[str, float]:
+        from megatron.core.distributed import finalize_model_grads
+
+        a = self.args
+        num_mb = len(step.micro_batches)
+        scale = num_mb * self.dp_size  # undo megatron's 1/num_microbatches and DDP's 1/dp: partials add up
+
+        def loss_fn(mb, logits):
+            log_probs, entropy = self._score(mb, logits)
+            loss, metrics = losses.micro_batch_loss(a, mb, log_probs, entropy, step)
+            return loss * scale, metrics
+
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        self.config.grad_scale_func = self.optimizer.scale_loss
+        self.config.finalize_model_grads_func = finalize_model_grads
+        mbs = [pack_micro_batch(rollout, m, self.device, _LOSS_KEYS) for m in step.micro_batches]
+        results = self._run_schedule(mbs, loss_fn, forward_only=False)
+        lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses
+        update_ok, grad_norm, _ = self.optimizer.step()
+        if not update_ok:
+            raise RuntimeError("optimizer step failed (non-finite gradients)")
+        self.scheduler.step(increment=step.num_samples)
+        metrics = self._reduce_metrics(results)
+        metrics["train/grad_norm"] = float(grad_norm)
+        metrics["train/lr"] = lr
+        return metrics
+
+    def _reduce_metrics(self, results: list[dict]) -> dict[str, float]:
+        """Sum the micro-batch partials over micro-batches and DP ranks; share from the last PP stage."""
+        payload = None
+        if ps.is_pipeline_last_stage():
+            names = sorted(results[0])
+            sums = torch.stack([sum(r[k].float() for r in results) for k in names]).to(self.device)
+            if self.dp_size > 1:
+                dist.all_reduce(sums, group=ps.get_data_parallel_group())
+            payload = {f"train/{k}": float(v) for k, v in zip(names, sums.tolist())}
+        if ps.get_pipeline_model_parallel_world_size() > 1:
+            box = [payload]
+            ranks = dist.get_process_group_ranks(ps.get_pipeline_model_parallel_group())
+            dist.broadcast_object_list(box, src=ranks[-1], group=ps.get_pipeline_model_parallel_group())
+            payload = box[0]
+        return payload
+
+    # -----------------------------------------------------------------------------------------
+    # weights out, checkpoints
+
+    def iter_hf_weights(self, bucket_bytes: int | None = None):
+        """The actor's weights as HF-named full tensors, in buckets (collective; see weights.py)."""
+        return iter_hf_weight_buckets(self.model, self.arch, bucket_bytes or self.args.update_weight_buffer_size)
+
+    def save_hf(self, out_dir: str | Path) -> None:
+        save_hf_checkpoint(self.model, self.arch, self.args.hf_checkpoint, out_dir, self.args.update_weight_buffer_size)
+
+    def save(self, rollout_id: int, data_state: dict | None = None) -> Path:
+        """Checkpoint after ``rollout_id`` (and ``--save-hf``); ``data_state`` is the data source's state."""
+        a = self.args
+        if not a.save:
+            raise UserError("saving needs --save DIR")
+        path = ckpt.save_checkpoint(a.save, rollout_id, unwrap(self.model), self.optimizer, self.scheduler,
+                                    data_state=data_state, save_optimizer=not a.no_save_optim)
+        if a.save_hf:
+            self.save_hf(a.save_hf.format(rollout_id=rollout_id))
+        return path
+
+
+def _by_index(values: dict[int, torch.Tensor], n: int) -> list[torch.Tensor | None]:
+    return [values.get(i) for i in range(n)]
+

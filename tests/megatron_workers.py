@@ -1,0 +1,277 @@
+"""Spawn megatron worker processes for tests: gloo over 127.0.0.1, a free port, results via files.
+
+Megatron's parallel state and the CPU patches are process-wide, so every test that builds a
+Megatron model runs it in freshly spawned processes, never in the pytest process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+# every rollout in these tests is 8 samples: 4 prompts x 2 samples
+ROLLOUT_FLAGS = ["--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--num-rollout", "4"]
+
+
+def make_args(argv: list[str]) -> argparse.Namespace:
+    """slime-ref's flags plus the Megatron group, parsed and validated as the trainer does."""
+    from slime_ref.arguments import build_parser, validate_args
+    from slime_ref.backends.megatron.arguments import add_megatron_arguments
+
+    parser = add_megatron_arguments(build_parser())
+    return validate_args(parser.parse_args([*ROLLOUT_FLAGS, *argv]))
+
+
+def synthetic_batch(n: int, seed: int, vocab: int = 100) -> dict:
+    """A rollout's train data with random prompts/responses (token 0, the tiny model's pad, excluded)."""
+    g = torch.Generator().manual_seed(seed)
+    tokens, response_lengths, masks, rewards = [], [], [], []
+    for _ in range(n):
+        prompt = int(torch.randint(3, 9, (1,), generator=g))
+        response = int(torch.randint(2, 10, (1,), generator=g))
+        tokens.append(torch.randint(1, vocab, (prompt + response,), generator=g).tolist())
+        response_lengths.append(response)
+        mask = [1] * response
+        mask[-1] = int(torch.rand(1, generator=g) > 0.3)  # some masked tokens
+        masks.append(mask)
+        rewards.append(float(torch.randn(1, generator=g)))
+    return dict(tokens=tokens, response_lengths=response_lengths, loss_masks=masks, rewards=rewards,
+                raw_reward=list(rewards), truncated=[0] * n, sample_indices=list(range(n)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank, fn, world, port, kwargs, out_dir):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    result = fn(rank, world, port, **kwargs)
+    with open(Path(out_dir) / f"rank{rank}.pkl", "wb") as f:
+        pickle.dump(result, f)
+
+
+def run_workers(fn, world: int, timeout: float = 600, **kwargs) -> list:
+    """Run ``fn(rank, world, port, **kwargs)`` in ``world`` spawned processes; return each rank's result."""
+    with tempfile.TemporaryDirectory() as out_dir:
+        ctx = mp.start_processes(_entry, args=(fn, world, free_port(), kwargs, out_dir), nprocs=world,
+                                 join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout
+        try:
+            while not ctx.join(timeout=1):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{fn.__name__} did not finish in {timeout} s")
+        finally:
+            for p in ctx.processes:  # only the processes started here
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        results = []
+        for rank in range(world):
+            with open(Path(out_dir) / f"rank{rank}.pkl", "rb") as f:
+                results.append(pickle.load(f))
+        return results
+
+
+# ---------------------------------------------------------------------------------------------
+# workers (module level, so spawned processes can import them)
+
+PACKED_LENGTHS = [7, 13, 5]
+
+
+def _hf_logits(model_dir, seqs):
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    with torch.no_grad():
+        return torch.cat([hf(s[None]).logits[0] for s in seqs])
+
+
+def logits_vs_hf(actor, model_dir, vocab) -> float | None:
+    """Max |megatron - HF| over the logits of a pack of three sequences (None off TP rank 0 / PP>1)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    from slime_ref.backends.megatron.layers import PackedSequence
+
+    g = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(1, vocab, (n,), generator=g) for n in PACKED_LENGTHS]
+    device = next(actor.model.parameters()).device
+    actor.model.eval()
+    with torch.no_grad():
+        logits = actor.model(torch.cat(seqs)[None].to(device), None, None,
+                             packed_seq_params=PackedSequence.from_lengths(PACKED_LENGTHS, device))[0]
+    actor.model.train()
+    tp = ps.get_tensor_model_parallel_world_size()
+    if tp > 1:
+        parts = [torch.empty_like(logits) for _ in range(tp)]
+        dist.all_gather(parts, logits.contiguous(), group=ps.get_tensor_model_parallel_group())
+        logits = torch.cat(parts, dim=-1)
+    if dist.get_rank() != 0:
+        return None
+    return (logits[:, :vocab].float().cpu() - _hf_logits(model_dir, seqs)).abs().max().item()
+
+
+def export_vs_safetensors(actor, model_dir, bucket_bytes) -> dict | None:
+    """Export in small buckets; on rank 0 compare with the HF files byte for byte."""
+    import torch.distributed as dist
+    from safetensors.torch import load_file
+
+    buckets = list(actor.iter_hf_weights(bucket_bytes))
+    if dist.get_rank() != 0:
+        return None
+    source = load_file(f"{model_dir}/model.safetensors")
+    exported = {name: t.cpu() for bucket in buckets for name, t in bucket}
+    sizes = [sum(t.numel() * t.element_size() for _, t in b) for b in buckets]
+    return {
+        "same_names": set(exported) == set(source) and sum(len(b) for b in buckets) == len(source),
+        "identical": all(torch.equal(exported[k], source[k]) for k in source if k in exported),
+        "num_buckets": len(buckets),
+        "oversized_multi_tensor_buckets": sum(1 for b, s in zip(buckets, sizes) if s > bucket_bytes and len(b) > 1),
+    }
+
+
+def parallel_worker(rank, world, port, model_dir, argv):
+    """Logits, export, step-0 invariants and a short training run of the tiny model under argv."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    from slime_ref.backends.megatron.actor import MegatronActor
+
+    args = make_args(["--hf-checkpoint", model_dir, "--use-kl-loss", "--kl-loss-coef", "0.1", "--kl-loss-type", "k2",
+                      "--entropy-coef", "0.01", *argv])
+    actor = MegatronActor(args, rank=rank, world_size=world, master_port=port)
+    out = {"ranks": (ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank(),
+                     ps.get_data_parallel_rank())}
+    if ps.get_pipeline_model_parallel_world_size() == 1:
+        out["logits_max_diff"] = logits_vs_hf(actor, model_dir, actor.arch.vocab_size)
+    out["export"] = export_vs_safetensors(actor, model_dir, bucket_bytes=400_000)
+
+    batch = synthetic_batch(8, seed=0)
+    rollout = actor._to_tensors(batch)
+    schedule = actor._schedule(rollout)
+    ref = actor.compute_log_probs(rollout, schedule, "ref")
+    current = actor.compute_log_probs(rollout, schedule, "actor")
+    out["num_scored"] = len(current)
+    out["ref_equals_actor"] = set(ref) == set(current) and all(torch.equal(ref[i], current[i]) for i in ref)
+    out["metrics"] = [actor.train(0, batch), actor.train(1, synthetic_batch(8, seed=1))]
+
+    # the same actor continues with the supervised loss (the quick start's warm-up)
+    sft_batch = synthetic_batch(8, seed=2)
+    sft_rollout = actor._to_tensors(sft_batch)
+    scored = actor.compute_log_probs(sft_rollout, actor._schedule(sft_rollout))
+    if len(scored) == 8:  # the whole rollout on this rank: the first step's NLL can be computed here
+        masks = sft_rollout["loss_masks"]
+        out["sft_expected_first_loss"] = -sum(
+            float((scored[i] * masks[i]).sum() / masks[i].sum().clamp(min=1)) for i in range(4)) / 4
+    actor.args.loss_type = "sft_loss"
+    out["sft_metrics"] = actor.train(2, sft_batch)
+
+    if world == 1:
+        # --use-rollout-logprobs with the engine's log-probs equal to the trainer's: nothing is off-policy
+        rl_batch = synthetic_batch(8, seed=3)
+        rl_rollout = actor._to_tensors(rl_batch)
+        scored = actor.compute_log_probs(rl_rollout, actor._schedule(rl_rollout))
+        rl_batch["rollout_log_probs"] = [scored[i].tolist() for i in range(8)]
+        actor.args.loss_type, actor.args.use_rollout_logprobs = "policy_loss", True
+        out["rollout_logprob_metrics"] = actor.train(3, rl_batch)
+    dist.barrier()
+    return out
+
+
+def architecture_worker(rank, world, port, model_dirs):
+    """For each HF model dir: logits vs HF and bit-identical export, at TP=world (no actor)."""
+    import types
+
+    from slime_ref.backends.megatron import initialize
+    from slime_ref.backends.megatron.model import build_model, read_hf_architecture, transformer_config
+    from slime_ref.backends.megatron.weights import load_hf_weights
+
+    initialize.init_distributed(rank, world, master_port=port)
+    args = make_args(["--global-batch-size", "4", "--tensor-model-parallel-size", str(world)])
+    initialize.init_model_parallel(args)
+    out = {}
+    for model_dir in model_dirs:
+        arch = read_hf_architecture(model_dir)
+        model = build_model(arch, transformer_config(arch, args), pre_process=True, post_process=True)
+        load_hf_weights(model, arch, model_dir)
+        shim = types.SimpleNamespace(model=model, iter_hf_weights=lambda b, m=model, a=arch: _buckets(m, a, b))
+        out[model_dir] = {
+            "logits_max_diff": logits_vs_hf(shim, model_dir, arch.vocab_size),
+            "export": export_vs_safetensors(shim, model_dir, bucket_bytes=1 << 30),
+        }
+    return out
+
+
+def _buckets(model, arch, bucket_bytes):
+    from slime_ref.backends.megatron.weights import iter_hf_weight_buckets
+
+    return iter_hf_weight_buckets(model, arch, bucket_bytes)
+
+
+def resume_worker(rank, world, port, model_dir, argv, stop, crash_marker=None, crash_at=None):
+    """Train rollouts start..stop-1 (saving after each when --save is given); return losses and resume info.
+
+    With ``crash_at``, the save of that rollout writes its files, leaves ``crash_marker`` and hangs
+    before completing, so that a test can SIGKILL the job mid-save.
+    """
+    import torch.distributed as dist
+
+    from slime_ref.backends.megatron.actor import MegatronActor
+
+    if crash_at is not None:
+        from megatron.core import dist_checkpointing
+
+        original = dist_checkpointing.save
+
+        def save_then_hang(state, directory, *a, **kw):
+            result = original(state, directory, *a, **kw)
+            if f"iter_{crash_at:07d}" in directory:
+                dist.barrier()
+                if rank == 0:
+                    Path(crash_marker).write_text("saving")
+                while True:
+                    time.sleep(1)
+            return result
+
+        dist_checkpointing.save = save_then_hang
+
+    args = make_args(["--hf-checkpoint", model_dir, *argv])
+    actor = MegatronActor(args, rank=rank, world_size=world, master_port=port)
+    out = {"start": actor.start_rollout_id, "data_state": actor.data_state, "losses": {}}
+    for rollout_id in range(actor.start_rollout_id, stop):
+        metrics = actor.train(rollout_id, synthetic_batch(8, seed=rollout_id))
+        out["losses"][rollout_id] = [m["train/loss"] for m in metrics]
+        out.setdefault("lrs", []).extend(m["train/lr"] for m in metrics)
+        if args.save:
+            actor.save(rollout_id, data_state={"next_offset": rollout_id + 1})
+    return out
+
+
+def load_and_score_worker(rank, world, port, model_dir, argv):
+    """Start an actor from argv's --load and compare its logits with the HF model's."""
+    from slime_ref.backends.megatron.actor import MegatronActor
+
+    actor = MegatronActor(make_args(["--hf-checkpoint", model_dir, *argv]), rank=rank, world_size=world,
+                          master_port=port)
+    return {"start": actor.start_rollout_id, "logits_max_diff": logits_vs_hf(actor, model_dir, actor.arch.vocab_size)}
+
+
+if __name__ == "__main__":
+    # python megatron_workers.py crash MODEL_DIR SAVE_DIR MARKER CRASH_AT: a 2-process job killed by the caller
+    import sys
+
+    _, _, model_dir, save_dir, marker, crash_at = sys.argv
+    run_workers(resume_worker, 2, model_dir=model_dir, stop=int(crash_at) + 2, crash_marker=marker,
+                crash_at=int(crash_at), argv=["--save", save_dir, "--load", save_dir, *sys.argv[0:0],
+                                              *__import__("json").loads(os.environ["RESUME_ARGV"])])

@@ -1,0 +1,116 @@
+"""The Megatron backend on CUDA: fused kernels against their eager/reference forms, TP=2 vs TP=1, bf16 training.
+
+Skipped without CUDA. The TP=2 test needs two GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from megatron_workers import make_args, parallel_worker, run_workers, synthetic_batch
+
+pytestmark = pytest.mark.gpu
+
+
+def _attention(heads=8, groups=2, head_dim=64):
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from slime_ref.backends.megatron.layers import RopeConfig, RopeSDPAttention
+
+    config = TransformerConfig(num_layers=1, hidden_size=heads * head_dim, num_attention_heads=heads,
+                               num_query_groups=groups, kv_channels=head_dim, attention_dropout=0.0,
+                               bf16=True, params_dtype=torch.bfloat16)
+    return RopeSDPAttention(config, 1, None, "self", rope=RopeConfig(head_dim=head_dim, theta=1e6)).cuda()
+
+
+def test_varlen_flash_attention_matches_one_sdpa_call_per_sequence(monkeypatch):
+    from slime_ref.backends.megatron import layers
+
+    lengths = [37, 300, 5, 128]
+    packed = layers.PackedSequence.from_lengths(lengths, "cuda")
+    attention = _attention()
+    torch.manual_seed(0)
+    q = torch.randn(sum(lengths), 8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(sum(lengths), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(sum(lengths), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+    def run():
+        out = attention(q, k, v, None, packed_seq_params=layers.PackedSequence.from_lengths(lengths, "cuda"))
+        grads = torch.autograd.grad(out.float().square().sum(), (q, k, v))
+        return out, grads
+
+    assert layers._varlen_attention() is not None, "this torch has no torch.nn.attention.varlen"
+    fused, fused_grads = run()
+    assert not layers._varlen_unusable, layers._varlen_unusable  # the varlen kernel really ran
+    monkeypatch.setattr(layers, "_varlen_unusable", ["forced"])
+    looped, looped_grads = run()
+    assert packed.max_seqlen_q == 300
+    torch.testing.assert_close(fused.float(), looped.float(), atol=2e-2, rtol=2e-2)
+    for a, b in zip(fused_grads, looped_grads):
+        torch.testing.assert_close(a.float(), b.float(), atol=5e-2, rtol=5e-2)
+
+
+def test_compiled_kernels_match_their_eager_forms():
+    from slime_ref.backends.megatron import layers, logprobs
+
+    torch.manual_seed(0)
+    x = torch.randn(300, 16, 128, device="cuda")
+    w = torch.randn(128, device="cuda")
+    torch.testing.assert_close(layers.rms_norm(x, w, 1e-6), layers.rms_norm.__wrapped__(x, w, 1e-6), atol=1e-5, rtol=1e-5)
+    cos, sin = torch.randn(300, 1, 128, device="cuda"), torch.randn(300, 1, 128, device="cuda")
+    torch.testing.assert_close(layers.apply_rope(x, cos, sin), layers.apply_rope.__wrapped__(x, cos, sin), atol=1e-5, rtol=1e-5)
+
+    logits = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16)
+    rows = torch.arange(3, 60, device="cuda")
+    target = torch.randint(0, 990, (57,), device="cuda")
+    on_rank = torch.ones(57, dtype=torch.bool, device="cuda")
+    args = (logits, rows, target, on_rank, 990, 0.8)
+    torch.testing.assert_close(logprobs._chunk_stats(*args), logprobs._chunk_stats.__wrapped__(*args),
+                               atol=1e-4, rtol=1e-5)
+    lse, spx, g1, g2 = (torch.randn(57, device="cuda") for _ in range(4))
+    grad_args = (logits, rows, target, on_rank, lse, spx, g1, g2, 990, 0.8, True)
+    torch.testing.assert_close(logprobs._chunk_grad(*grad_args).float(),
+                               logprobs._chunk_grad.__wrapped__(*grad_args).float(), atol=1e-2, rtol=1e-2)
+
+
+COMMON = ["--global-batch-size", "4", "--lr", "1e-3", "--lr-decay-style", "constant",
+          "--attention-dropout", "0", "--hidden-dropout", "0"]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_tp2_on_two_gpus_gives_the_same_losses_as_tp1(tiny):
+    tp1 = run_workers(parallel_worker, 1, model_dir=str(tiny.model_dir), argv=COMMON + ["--micro-batch-size", "2"])
+    tp2 = run_workers(parallel_worker, 2, model_dir=str(tiny.model_dir),
+                      argv=COMMON + ["--micro-batch-size", "2", "--tensor-model-parallel-size", "2"])
+    losses = [[s["train/loss"] for r in run[0]["metrics"] for s in r] for run in (tp1, tp2)]
+    assert len(losses[0]) == 4
+    assert max(abs(a - b) for a, b in zip(*losses)) < 1e-4
+    for run in (tp1, tp2):
+        assert run[0]["logits_max_diff"] < 1e-4
+        assert run[0]["export"]["identical"]
+
+
+def bf16_worker(rank, world, port, model_dir):
+    from slime_ref.backends.megatron.actor import MegatronActor
+
+    sft = MegatronActor(make_args(["--hf-checkpoint", model_dir, "--bf16", "--loss-type", "sft_loss", "--lr", "1e-3",
+                                   "--global-batch-size", "8", "--micro-batch-size", "4", "--attention-dropout", "0",
+                                   "--hidden-dropout", "0", "--lr-decay-style", "constant"]),
+                        rank=rank, world_size=world, master_port=port)
+    batch = synthetic_batch(8, seed=0)
+    sft_losses = [sft.train(i, batch)[0]["train/loss"] for i in range(6)]
+    sft.args.loss_type = "policy_loss"  # the same actor, now a GRPO step
+    rl = sft.train(6, batch)
+    dtypes = {t.dtype for bucket in sft.iter_hf_weights(1 << 30) for _, t in bucket}
+    return {"sft": sft_losses, "rl": rl, "dtypes": dtypes, "param_dtype": next(sft.model.parameters()).dtype}
+
+
+def test_bf16_training_runs_and_learns(tiny):
+    result = run_workers(bf16_worker, 1, model_dir=str(tiny.model_dir))[0]
+    assert result["param_dtype"] == torch.bfloat16 and result["dtypes"] == {torch.bfloat16}
+    assert all(math.isfinite(x) for x in result["sft"])
+    assert result["sft"][-1] < 0.8 * result["sft"][0]  # six SFT steps on one batch fit it
+    assert all(math.isfinite(v) for step in result["rl"] for v in step.values())
