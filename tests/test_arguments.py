@@ -88,7 +88,7 @@ RULES = [
     (["--rollout-temperature", "hot"], "argument --rollout-temperature: invalid float value: 'hot'"),
     (["--advantage-estimator", "a2c"], "argument --advantage-estimator: invalid choice: 'a2c'"),
     (["--apply-chat-template-kwargs", "[1]"], "argument --apply-chat-template-kwargs: must be a JSON object"),
-    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["--no-such-flag"], "unknown flag: --no-such-flag"),
 ]
 
 
@@ -175,3 +175,42 @@ def test_eval_sets_are_name_path_pairs_in_one_flag(tmp_path):
 def test_cluster_eval_and_sync_rules(argv, pattern):
     with pytest.raises(UserError, match=pattern):
         parse_args([*MINIMAL, *argv])
+
+
+def test_typos_get_a_did_you_mean_and_are_never_ignored():
+    with pytest.raises(UserError, match=r"unknown flag: --rollout-batchsize \(did you mean --rollout-batch-size\?\)"):
+        parse_args([*MINIMAL, "--rollout-batchsize", "4"])
+    with pytest.raises(UserError, match=r"--eps-clipp \(did you mean --eps-clip\?\)"):
+        parse_args([*MINIMAL, "--eps-clipp", "0.2"])
+    with pytest.raises(UserError, match="a value with no flag before it"):
+        parse_args([*MINIMAL, "stray"])
+
+
+def test_slime_flags_slime_ref_does_not_implement_are_listed():
+    with pytest.raises(UserError, match="slime flags slime-ref does not implement: --use-fault-tolerance, "
+                                        "--offload-optimizer-states"):
+        parse_args([*MINIMAL, "--use-fault-tolerance", "--offload-optimizer-states"])
+
+
+def test_sglang_and_router_flags_pass_through():
+    args = parse_args([*MINIMAL, "--sglang-mem-fraction-static", "0.7", "--sglang-enable-dp-attention",
+                       "--router-balance-abs-threshold", "4"])
+    assert args.sglang_extra == {"sglang_mem_fraction_static": "0.7", "sglang_enable_dp_attention": True}
+    assert args.router_extra == {"router_balance_abs_threshold": "4"}
+    with pytest.raises(UserError, match="--sglang-mem-fraction-statik"):
+        parse_args([*MINIMAL, "--sglang-mem-fraction-statik", "0.7"])
+
+
+def test_model_args_are_checked_against_the_hf_config(tiny):
+    good = ["--num-layers", "2", "--hidden-size", "128", "--ffn-hidden-size", "384", "--num-attention-heads", "4",
+            "--group-query-attention", "--num-query-groups", "2", "--kv-channels", "32", "--swiglu",
+            "--normalization", "RMSNorm", "--norm-epsilon", "1e-6", "--rotary-base", "10000", "--vocab-size", "128",
+            "--qk-layernorm", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+            "--use-rotary-position-embeddings"]
+    parse_args([*MINIMAL, "--hf-checkpoint", str(tiny.model_dir), *good])
+    bad = [x if x != "384" else "512" for x in good]
+    with pytest.raises(UserError, match=r"--ffn-hidden-size 512 \(config.json: 384\)"):
+        parse_args([*MINIMAL, "--hf-checkpoint", str(tiny.model_dir), *bad])
+    tied = [x for x in good if x != "--untie-embeddings-and-output-weights"]
+    with pytest.raises(UserError, match="--untie-embeddings-and-output-weights missing"):
+        parse_args([*MINIMAL, "--hf-checkpoint", str(tiny.model_dir), *tied])

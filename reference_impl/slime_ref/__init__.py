@@ -4,4 +4,12 @@ Megatron-core trains, engines that speak SGLang's HTTP protocol generate rollout
 sglang-router, and Ray places everything. Flag names follow slime v0.3.1.
 """
 
+import os as _os
+
 __version__ = "0.1.0"
+
+# A local Ray cluster (no RAY_ADDRESS) binds to 127.0.0.1 and sends no usage stats. Ray reads these
+# when it is imported, so they are set here, before any slime-ref module imports it.
+if not _os.environ.get("RAY_ADDRESS"):
+    _os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    _os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -24,6 +24,7 @@ Where slime-ref differs from slime v0.3.1, on purpose:
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 from collections.abc import Sequence
@@ -326,6 +327,67 @@ def add_logging_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     return parser
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Megatron's architecture flags (slime's ``scripts/models/*.sh`` MODEL_ARGS).
+
+    slime-ref builds the model from ``--hf-checkpoint``'s config.json; these flags are accepted so a
+    slime launch script runs unchanged, and each one given is checked against config.json (as slime's
+    ``_hf_validate_args`` does), so a wrong MODEL_ARGS fails before training instead of silently
+    training another shape.
+    """
+    group = parser.add_argument_group("model architecture (checked against --hf-checkpoint's config.json)")
+    for flag, kind in (("--num-layers", int), ("--hidden-size", int), ("--ffn-hidden-size", int),
+                       ("--num-attention-heads", int), ("--num-query-groups", int), ("--kv-channels", int),
+                       ("--vocab-size", int), ("--norm-epsilon", float), ("--rotary-base", float),
+                       ("--max-position-embeddings", int), ("--seq-length", int),
+                       ("--rotary-scaling-factor", float), ("--rotary-percent", float),
+                       ("--make-vocab-size-divisible-by", int)):
+        group.add_argument(flag, type=kind, default=None)
+    group.add_argument("--normalization", type=str, choices=["RMSNorm", "LayerNorm"], default=None)
+    group.add_argument("--position-embedding-type", type=str, default=None)
+    for switch in ("--swiglu", "--group-query-attention", "--use-rotary-position-embeddings",
+                   "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
+                   "--untie-embeddings-and-output-weights", "--use-rope-scaling"):
+        group.add_argument(switch, action="store_true", default=False)
+    group.add_argument("--attention-backend", type=str, default=None,
+                       help="Megatron's attention kernel choice; slime-ref uses SDPA / varlen flash attention.")
+    return parser
+
+
+def check_model_args(args) -> None:
+    """Each architecture flag given must match --hf-checkpoint's config.json (UserError otherwise)."""
+    if not args.hf_checkpoint or not os.path.isfile(os.path.join(args.hf_checkpoint, "config.json")):
+        return
+    from slime_ref.backends.megatron.model import read_hf_architecture
+
+    arch = read_hf_architecture(args.hf_checkpoint)
+    expected = {
+        "num_layers": arch.num_layers, "hidden_size": arch.hidden_size, "ffn_hidden_size": arch.intermediate_size,
+        "num_attention_heads": arch.num_attention_heads, "num_query_groups": arch.num_key_value_heads,
+        "kv_channels": arch.head_dim, "norm_epsilon": arch.rms_norm_eps, "rotary_base": arch.rope.theta,
+        "vocab_size": arch.vocab_size,
+    }
+    wrong = []
+    for attr, want in expected.items():
+        given = getattr(args, attr, None)
+        if given is not None and not _same(given, want):
+            wrong.append(f"{_flag(attr)} {given} (config.json: {want})")
+    if any(getattr(args, a) is not None for a in expected) or args.swiglu:  # MODEL_ARGS were given
+        switches = {"untie_embeddings_and_output_weights": not arch.tie_word_embeddings,
+                    "qk_layernorm": arch.qk_norm, "add_qkv_bias": arch.qkv_bias}
+        for attr, want in switches.items():
+            if bool(getattr(args, attr)) != want:
+                wrong.append(f"{_flag(attr)} {'given' if getattr(args, attr) else 'missing'} "
+                             f"(config.json says {'yes' if want else 'no'})")
+    if wrong:
+        raise UserError(f"MODEL_ARGS disagree with {args.hf_checkpoint}/config.json: {'; '.join(wrong)}; "
+                        "fix the model script or point --hf-checkpoint at the right model")
+
+
+def _same(a, b) -> bool:
+    return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
+
+
 def add_slime_ref_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """slime-ref's own flags (not slime's): where the run writes, and which engine serves rollouts."""
     group = parser.add_argument_group("slime-ref only")
@@ -333,6 +395,12 @@ def add_slime_ref_arguments(parser: argparse.ArgumentParser) -> argparse.Argumen
                        help="Run directory: metrics.jsonl, curves.png, engine and router logs.")
     group.add_argument("--rollout-engine", type=str, choices=["auto", "builtin", "sglang"], default="auto",
                        help="auto: real SGLang where CUDA and sglang are present, else the built-in engine.")
+    group.add_argument("--train-num-threads", type=int, default=max(1, os.cpu_count() or 1),
+                       help="CPU threads per training rank on machines without GPUs.")
+    group.add_argument("--rollout-num-threads", type=int, default=None,
+                       help="CPU threads per built-in engine (default: cores / engines).")
+    group.add_argument("--ray-object-store-mb", type=int, default=1024,
+                       help="Object store size of a local Ray cluster slime-ref starts.")
     return parser
 
 
@@ -352,15 +420,71 @@ def build_parser() -> ArgumentParser:
         add_eval_arguments,
         add_weight_sync_arguments,
         add_logging_arguments,
+        add_model_arguments,
         add_slime_ref_arguments,
     ):
         add(parser)
+    from slime_ref.backends.megatron.arguments import add_megatron_arguments
+
+    add_megatron_arguments(parser)  # Megatron-LM's flags the trainer reads, with slime's reset defaults
     return parser
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse ``argv`` (default: sys.argv[1:]) and validate; raises UserError on any problem."""
-    return validate_args(build_parser().parse_args(argv))
+    """Parse ``argv`` (default: sys.argv[1:]) and validate; raises UserError on any problem.
+
+    Flags slime-ref does not declare are sorted with slime v0.3.1's flag registry:
+    ``--sglang-*`` / ``--router-*`` flags SGLang or the router accept pass through to them
+    (``args.sglang_extra``, ``args.router_extra``); any other flag of slime's is refused with the
+    list of such flags (slime-ref does not implement them); anything else is a typo, refused with a
+    did-you-mean. Nothing is ignored silently.
+    """
+    import sys
+
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    args.sglang_extra, args.router_extra = sort_unknown_flags(parser, unknown)
+    return validate_args(args)
+
+
+def sort_unknown_flags(parser: argparse.ArgumentParser, unknown: list[str]) -> tuple[dict, dict]:
+    """Split leftover argv into pass-through SGLang and router settings; UserError for everything else."""
+    from slime_check.registry import load_registry
+
+    registry = load_registry()
+    passthrough: dict[str, dict] = {"sglang": {}, "router": {}}
+    unsupported, typos = [], []
+    i = 0
+    while i < len(unknown):
+        token = unknown[i]
+        name, eq, inline = token.partition("=")
+        values = [inline] if eq else []
+        i += 1
+        if not name.startswith("--"):
+            typos.append(f"{token!r} (a value with no flag before it)")
+            continue
+        while not eq and i < len(unknown) and not unknown[i].startswith("--"):
+            values.append(unknown[i])
+            i += 1
+        flag = registry.lookup(name)
+        if flag is not None and flag.source in ("sglang", "sglang-patch", "router"):
+            kind = "router" if flag.source == "router" else "sglang"
+            key = name[2:].replace("-", "_")
+            passthrough[kind][key] = values[0] if len(values) == 1 else (values or True)
+        elif flag is not None:
+            unsupported.append(name)
+        else:
+            ours = list(parser._option_string_actions)
+            close = difflib.get_close_matches(name, ours, n=1, cutoff=0.75) or registry.suggest(name, n=1)
+            typos.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    if typos:
+        raise UserError(f"unknown flag{'s' if len(typos) > 1 else ''}: {', '.join(typos)}; "
+                        "slime would ignore it silently, slime-ref refuses it (see slime-ref train --help)")
+    if unsupported:
+        raise UserError(f"slime flag{'s' if len(unsupported) > 1 else ''} slime-ref does not implement: "
+                        f"{', '.join(unsupported)}; remove {'them' if len(unsupported) > 1 else 'it'} to run "
+                        "the rest of the config at small scale (slime itself accepts them)")
+    return passthrough["sglang"], passthrough["router"]
 
 
 def _flag(attr: str) -> str:
@@ -529,6 +653,8 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
     if args.update_weight_buffer_size < 1:
         raise UserError(f"--update-weight-buffer-size must be a positive number of bytes, got "
                         f"{args.update_weight_buffer_size}")
+
+    check_model_args(args)
 
     # --- checkpoints and hooks
     if args.save_interval is not None and not args.save:

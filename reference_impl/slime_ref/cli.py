@@ -24,6 +24,8 @@ def cli() -> None:
     \b
     Start here:
       slime-ref make-tiny --out ./slime-tiny    build the embedded tiny model and task
+      slime-check quickstart                   checks, warm-up and a small GRPO run, guided
+      slime-ref train --help                   every flag, by slime's names
     """
 
 
@@ -86,6 +88,39 @@ def plot_cmd(run_dir: Path, out: Path | None) -> None:
 
 
 cli.add_command(convert)
+
+
+_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+
+
+def _train_command(name: str, loop: str, summary: str):
+    @cli.command(name, context_settings=_PASS_THROUGH, add_help_option=False, help=summary)
+    @click.argument("flags", nargs=-1, type=click.UNPROCESSED)
+    def command(flags: tuple[str, ...]) -> None:
+        from slime_ref.arguments import build_parser, parse_args
+
+        if not flags or "-h" in flags or "--help" in flags:
+            parser = build_parser()
+            parser.prog = f"slime-ref {name}"
+            parser.description = f"{summary} Flags are slime v0.3.1's; see each group below."
+            click.echo(parser.format_help())
+            return
+        args = parse_args(list(flags))
+        if loop == "async":
+            from slime_ref.train_async import train
+        else:
+            from slime_ref.train import train
+        from slime_ref.console import run_with_console
+
+        run_with_console(train, args, title=f"slime-ref {name}")
+
+    return command
+
+
+_train_command("train", "sync", "Train with slime's synchronous loop (train.py): generate, train, sync weights.")
+_train_command("train-async", "async",
+               "Train with slime's one-step-overlap loop (train_async.py): rollout N+1 is generated while "
+               "training on N; weights sync every --update-weights-interval rollouts. Not with --colocate.")
 
 
 def main() -> None:

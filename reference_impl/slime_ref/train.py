@@ -26,9 +26,13 @@ from slime_ref.run import Run, should_run_periodic_action
 logger = logging.getLogger(__name__)
 
 
-def train(args) -> dict:
-    """Run training to ``--num-rollout``; returns the run summary (also written to the run dir)."""
-    with Run(args) as run:
+def train(args, progress=None) -> dict:
+    """Run training to ``--num-rollout``; returns the run summary (also written to the run dir).
+
+    ``progress``: an optional callable receiving phase events (see :mod:`slime_ref.console`)."""
+    with Run(args, progress=progress) as run:
+        if progress is not None and hasattr(progress, "set_total"):
+            progress.set_total(args.num_rollout)
         run.update_weights(rollout_id=-1)
         if args.num_rollout == 0 and args.eval_interval is not None:
             run.eval(rollout_id=0)

@@ -18,8 +18,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-# Ray processes inherit these when the local cluster starts: loopback only, no telemetry.
-LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 PG_READY_TIMEOUT_S = 120
 
 
@@ -46,8 +44,6 @@ def init_ray(min_cpus: int, object_store_mb: int = 1024) -> bool:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
         return False
-    for k, v in LOCAL_RAY_ENV.items():
-        os.environ.setdefault(k, v)
     # Logical CPU slots may exceed physical cores: each slot is a placement, not a core.
     ray.init(
         num_cpus=max(min_cpus, os.cpu_count() or 1),

@@ -91,7 +91,7 @@ class TrainGroup:
         world_size = args.actor_num_nodes * args.actor_num_gpus_per_node
         remote_cls = ray.remote(TrainActor)
         resources = placement.bundle_resources(TRAIN_ACTOR_SHARE)
-        env = {"env_vars": {"MASTER_ADDR": "", "OMP_NUM_THREADS": str(max(1, args.train_num_threads))}}
+        env = {"env_vars": {"OMP_NUM_THREADS": str(max(1, args.train_num_threads))}}
         self.actors = []
         master = (None, None)
         for rank in range(world_size):

@@ -87,6 +87,12 @@ class _GenerateState:
         self.pending: set[asyncio.Task] = set()
         self.remaining_batch_size = 0
         self.aborted = False
+        self._engine_clients: dict[str, SGLangClient] = {}
+
+    def engine_client(self, url: str) -> SGLangClient:
+        if url not in self._engine_clients:
+            self._engine_clients[url] = SGLangClient(url, retries=1)
+        return self._engine_clients[url]
 
     def reset(self) -> None:
         self.pending = set()
@@ -179,8 +185,10 @@ async def abort(args, rollout_id: int) -> list[list[Sample]]:
     """Stop every engine's in-flight requests; return the unfinished groups if --partial-rollout."""
     state = _state(args)
     state.aborted = True
-    urls = getattr(args, "rollout_engine_urls", None) or []
-    await asyncio.gather(*(SGLangClient(url, retries=1).abort_all() for url in urls), return_exceptions=True)
+    if state.pending:  # nothing in flight, nothing to abort
+        urls = getattr(args, "rollout_engine_urls", None) or []
+        await asyncio.gather(*(state.engine_client(url).abort_request(abort_all=True) for url in urls),
+                             return_exceptions=True)
     partial = []
     while state.pending:
         done, state.pending = await asyncio.wait(state.pending, return_when=asyncio.FIRST_COMPLETED)

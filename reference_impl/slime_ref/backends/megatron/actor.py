@@ -254,12 +254,12 @@ class MegatronActor:
     def _forward(self, mb: PackedMicroBatch):
         return self.model(mb.tokens, None, None, packed_seq_params=mb.packed)
 
-    def _score(self, mb: PackedMicroBatch, logits):
+    def _score(self, mb: PackedMicroBatch, logits, temperature: float | None = None):
         """(log-probs, entropies) of each response token, with the rollout's sampling temperature."""
         return response_log_probs(
             logits, mb.tokens, mb.total_lengths, mb.response_lengths,
             vocab_size=self.arch.vocab_size,
-            temperature=self.args.rollout_temperature,
+            temperature=self.args.rollout_temperature if temperature is None else temperature,
             chunk_rows=self.args.log_probs_chunk_size,
         )
 
@@ -300,6 +300,41 @@ class MegatronActor:
                     out.update(zip(result["indices"], result["log_probs"]))
         self.model.train()
         return out
+
+    @torch.no_grad()
+    def score_sequence(self, tokens: list[int], response_length: int) -> list[float]:
+        """Log-probs (temperature 1) of the last ``response_length`` of ``tokens`` under the actor's
+        weights; collective, and every rank returns them. Engines score the same way
+        (``/generate`` with ``logprob_start_len``), so after a weight sync the two must agree."""
+        rollout = self._to_tensors({"tokens": [tokens], "response_lengths": [response_length],
+                                    "loss_masks": [[1] * response_length]})
+        mb = pack_micro_batch(rollout, [0], self.device)
+
+        def collect(mb, logits):
+            log_probs, _ = self._score(mb, logits, temperature=1.0)
+            return logits.new_zeros(()), {"log_probs": log_probs}
+
+        self.model.eval()
+        results = self._run_schedule([mb], collect, forward_only=True)
+        self.model.train()
+        values = [float(x) for x in results[0]["log_probs"][0].tolist()] if results else None
+        if ps.get_pipeline_model_parallel_world_size() > 1:
+            box = [values]
+            group = ps.get_pipeline_model_parallel_group()
+            dist.broadcast_object_list(box, src=dist.get_process_group_ranks(group)[-1], group=group)
+            values = box[0]
+        return values
+
+    def offload(self) -> None:
+        """Colocated runs, before the engines generate: return cached device memory to the driver.
+
+        Weights and optimizer state stay where they are; moving them off the device as slime does
+        needs torch_memory_saver, which slime-ref does not use. On CPU there is nothing to free."""
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        """Colocated runs, before training: nothing was moved by :meth:`offload`."""
 
     # -----------------------------------------------------------------------------------------
     # training
