@@ -49,7 +49,8 @@ def init_ray(min_cpus: int, object_store_mb: int = 1024) -> bool:
         num_cpus=max(min_cpus, os.cpu_count() or 1),
         include_dashboard=False,
         object_store_memory=object_store_mb * 1024 * 1024,
-        log_to_driver=True,
+        # worker output stays in Ray's session logs (/tmp/ray/session_latest/logs), not the terminal
+        log_to_driver=False,
         configure_logging=False,
     )
     return True
