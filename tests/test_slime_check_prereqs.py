@@ -316,3 +316,16 @@ def test_nvsmi_csv_and_table_parsers_agree_with_xml():
     assert [g.memory_mib for g in xml.gpus] == [g.memory_mib for g in csv.gpus] == [g.memory_mib for g in table.gpus] == [143771]
     assert csv.gpus[0].cc == "9.0" and xml.gpus[0].arch == "Hopper"
     assert facts.cc_from_name("NVIDIA A100-SXM4-80GB") == "8.0" and facts.cc_from_name("Tesla V100") == "7.0"
+
+
+def test_h200x2_capture_written_by_slime_check_capture():
+    """A capture `slime-check capture` wrote on a 2x H200 machine with the SGLang stack installed."""
+    capture = Path(__file__).parent / "fixtures" / "env" / "h200x2" / "capture.txt"
+    findings = by_id(run_prereqs(CaptureProbe(capture)))
+    assert findings["gpu.count"].status is Status.PASS and "2x NVIDIA H200" in findings["gpu.count"].finding
+    topology = findings["gpu.topology"]
+    assert topology.status is Status.PASS and "NVLink" in topology.finding
+    assert findings["gpu.torch_cuda"].status is Status.PASS and "2/2 GPUs" in findings["gpu.torch_cuda"].finding
+    assert findings["packages.sglang"].status is Status.PASS and "0.5.15.post1" in findings["packages.sglang"].finding
+    assert findings["container.memlock"].status is Status.PASS
+    assert findings["packages.ray"].status is Status.FAIL  # that machine had no Ray
