@@ -356,6 +356,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 
 def check_model_args(args) -> None:
     """Each architecture flag given must match --hf-checkpoint's config.json (UserError otherwise)."""
+    names = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+             "kv_channels", "norm_epsilon", "rotary_base", "vocab_size", "swiglu", "untie_embeddings_and_output_weights",
+             "qk_layernorm", "add_qkv_bias")
+    if not any(getattr(args, n, None) not in (None, False) for n in names):
+        return  # no MODEL_ARGS given: the model is simply what config.json says
     if not args.hf_checkpoint or not os.path.isfile(os.path.join(args.hf_checkpoint, "config.json")):
         return
     from slime_ref.backends.megatron.model import read_hf_architecture
@@ -372,13 +377,13 @@ def check_model_args(args) -> None:
         given = getattr(args, attr, None)
         if given is not None and not _same(given, want):
             wrong.append(f"{_flag(attr)} {given} (config.json: {want})")
-    if any(getattr(args, a) is not None for a in expected) or args.swiglu:  # MODEL_ARGS were given
-        switches = {"untie_embeddings_and_output_weights": not arch.tie_word_embeddings,
-                    "qk_layernorm": arch.qk_norm, "add_qkv_bias": arch.qkv_bias}
-        for attr, want in switches.items():
-            if bool(getattr(args, attr)) != want:
-                wrong.append(f"{_flag(attr)} {'given' if getattr(args, attr) else 'missing'} "
-                             f"(config.json says {'yes' if want else 'no'})")
+    # MODEL_ARGS were given, so its switches must match too
+    switches = {"untie_embeddings_and_output_weights": not arch.tie_word_embeddings,
+                "qk_layernorm": arch.qk_norm, "add_qkv_bias": arch.qkv_bias}
+    for attr, want in switches.items():
+        if bool(getattr(args, attr)) != want:
+            wrong.append(f"{_flag(attr)} {'given' if getattr(args, attr) else 'missing'} "
+                         f"(config.json says {'yes' if want else 'no'})")
     if wrong:
         raise UserError(f"MODEL_ARGS disagree with {args.hf_checkpoint}/config.json: {'; '.join(wrong)}; "
                         "fix the model script or point --hf-checkpoint at the right model")

@@ -103,8 +103,7 @@ class Run:
         self.num_rollout_per_epoch = ray.get(self.rollout.num_rollout_per_epoch.remote(), timeout=1800)
         if args.num_rollout is None:
             args.num_rollout = self.num_rollout_per_epoch * args.num_epoch
-        if args.rollout_num_gpus and not args.debug_train_only:
-            args.rollout_engine_urls = ray.get(self.rollout.get_engine_urls.remote())
+        args.rollout_engine_urls = ray.get(self.rollout.get_engine_urls.remote())
         if not args.debug_rollout_only:
             self._event("setup", detail="building the Megatron model")
             self.actor = TrainGroup(args, placement)
