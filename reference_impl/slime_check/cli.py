@@ -10,6 +10,7 @@ import click
 from slime_ref.errors import run_cli
 
 from slime_check import __version__
+from slime_check.quickstart import quickstart
 from slime_check.skill_install import skill
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -25,6 +26,7 @@ def cli() -> None:
 
 
 cli.add_command(skill)
+cli.add_command(quickstart)
 
 
 def _console():

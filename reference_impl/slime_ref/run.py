@@ -100,9 +100,10 @@ class Run:
         self._event("setup", detail="starting engines and router" if args.rollout_num_gpus else "loading data")
         manager_cls = ray.remote(RolloutManager)
         self.rollout = manager_cls.options(num_cpus=0).remote(args, placement)
-        self.num_rollout_per_epoch = ray.get(self.rollout.num_rollout_per_epoch.remote(), timeout=1800)
-        if args.num_rollout is None:
-            args.num_rollout = self.num_rollout_per_epoch * args.num_epoch
+        per_epoch = ray.get(self.rollout.num_rollout_per_epoch.remote(), timeout=1800)
+        if args.num_rollout is None:  # as slime: epoch ends count for save/eval only with --num-epoch
+            self.num_rollout_per_epoch = per_epoch
+            args.num_rollout = per_epoch * args.num_epoch
         args.rollout_engine_urls = ray.get(self.rollout.get_engine_urls.remote())
         if not args.debug_rollout_only:
             self._event("setup", detail="building the Megatron model")

@@ -15,6 +15,7 @@ on the others) slime-ref joins that cluster; that is how a run goes multi-node.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ class Placement:
         return {"num_gpus": share, "num_cpus": share} if self.use_gpu else {"num_cpus": share}
 
 
-def init_ray(min_cpus: int, object_store_mb: int = 1024) -> bool:
+def init_ray(min_cpus: int, object_store_mb: int = 1024, temp_dir: str | None = None) -> bool:
     """Join ``RAY_ADDRESS`` if set, else start a local loopback cluster. Returns True if it started one."""
     import ray
 
@@ -52,8 +53,21 @@ def init_ray(min_cpus: int, object_store_mb: int = 1024) -> bool:
         # worker output stays in Ray's session logs (/tmp/ray/session_latest/logs), not the terminal
         log_to_driver=False,
         configure_logging=False,
+        **_temp_dir(temp_dir),
     )
     return True
+
+
+def _temp_dir(path: str | None) -> dict:
+    """Ray's session files under ``path``, if its socket paths fit the 107-byte Unix limit."""
+    if path is None:
+        return {}
+    path = os.path.abspath(path)
+    if len(path) + len("/session_2026-01-01_00-00-00_000000_99999/sockets/plasma_store") > 107:
+        logging.getLogger(__name__).warning("%s is too long a path for Ray's sockets; Ray uses /tmp/ray", path)
+        return {}
+    os.makedirs(path, exist_ok=True)
+    return {"_temp_dir": path}
 
 
 def placement_layout(args) -> tuple[int, int]:

@@ -1,0 +1,278 @@
+"""``slime-check quickstart``: a small, safe GRPO run after the checks pass.
+
+1. checks   the machine (prerequisites for this run, and what a full slime run would still need)
+2. assets   the embedded tiny Qwen3, tokenizer and arithmetic task (``slime-ref make-tiny``)
+3. warm-up  a short supervised warm-up through slime's ``--loss-type sft_loss`` path
+4. GRPO     the real stack: Ray, sglang-router, engines, the Megatron actor and weight sync
+5. summary  eval reward before and after, time per phase, a reward plot, and the next steps
+
+Safety: everything is written under ``--out`` (Ray's session files included), every server binds a
+free loopback port, and only the processes this run started are stopped, also on Ctrl-C. A FAIL
+among the checks stops the run before anything starts, unless ``--force``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from slime_check.findings import Finding, Status
+from slime_ref.errors import UserError
+from slime_ref.utils.fileio import atomic_write_json
+
+DOC = "skill/references/reference-implementation.md"
+
+
+@dataclass
+class QuickstartConfig:
+    """The recipe. Tuned so that on 2 CPU cores it finishes in minutes and GRPO clearly moves the
+    held-out reward (see reference_impl/ARCHITECTURE.md, "The embedded default")."""
+
+    seed: int = 0
+    warmup_steps: int = 150
+    warmup_batch: int = 64
+    warmup_lr: float = 3e-3
+    num_rollout: int = 80
+    rollout_batch_size: int = 8
+    n_samples_per_prompt: int = 8
+    lr: float = 3e-4
+    max_response_len: int = 8
+    eval_interval: int = 20
+    n_samples_per_eval_prompt: int = 8
+    extra: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# checks for this run (the full slime prerequisites are printed beside them)
+
+
+def quickstart_checks(out: Path) -> list[Finding]:
+    import psutil
+
+    findings = []
+    py = sys.version_info
+    findings.append(Finding("quickstart.python", Status.PASS if py >= (3, 10) else Status.FAIL,
+                            f"Python {py.major}.{py.minor}.{py.micro}", "Use Python 3.10 or newer.", DOC))
+    missing = [m for m in ("torch", "megatron.core", "ray", "sglang_router", "transformers", "aiohttp")
+               if importlib.util.find_spec(m.split(".")[0]) is None
+               or (m == "megatron.core" and importlib.util.find_spec("megatron.core") is None)]
+    findings.append(Finding(
+        "quickstart.packages", Status.FAIL if missing else Status.PASS,
+        f"missing: {', '.join(missing)}" if missing else "torch, megatron-core, ray, sglang-router, transformers",
+        "Install slime-skill with the README's command (it pins a CPU torch on machines without GPUs).", DOC))
+    available = psutil.virtual_memory().available / 2**30
+    findings.append(Finding(
+        "quickstart.memory", Status.PASS if available >= 6 else (Status.WARN if available >= 4 else Status.FAIL),
+        f"{available:.1f} GiB of memory available (the run peaks near 4 GiB)",
+        "Close other programs, or run on a machine with 6 GiB free.", DOC))
+    usage = shutil.disk_usage(out if out.exists() else out.parent if out.parent.exists() else Path.cwd())
+    free = usage.free / 2**30
+    findings.append(Finding("quickstart.disk", Status.PASS if free >= 2 else Status.FAIL,
+                            f"{free:.1f} GiB free for {out}", "Free 2 GiB or pass --out on another disk.", DOC))
+    shm = shutil.disk_usage("/dev/shm").total / 2**30 if os.path.isdir("/dev/shm") else 0.0
+    findings.append(Finding(
+        "quickstart.shm", Status.PASS if shm >= 1.5 else Status.FAIL,
+        f"/dev/shm is {shm:.1f} GiB (Ray's object store takes 1 GiB here)",
+        "In Docker pass --shm-size=16g (slime's docs) or at least 2g.", DOC))
+    cpus = os.cpu_count() or 1
+    findings.append(Finding("quickstart.cpus", Status.PASS if cpus >= 2 else Status.WARN, f"{cpus} CPU cores",
+                            "With 1 core the run still works, more slowly.", DOC))
+    import torch
+
+    gpu = torch.cuda.is_available()
+    engine = "real SGLang" if gpu and importlib.util.find_spec("sglang") else "the built-in engine"
+    findings.append(Finding("quickstart.device", Status.PASS,
+                            f"{'CUDA' if gpu else 'CPU'}: trainer on megatron-core, rollouts on {engine}", "", DOC))
+    return findings
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+
+
+def warmup_argv(cfg: QuickstartConfig, assets, out: Path) -> list[str]:
+    return [
+        "--hf-checkpoint", str(assets.model_dir),
+        "--prompt-data", str(assets.sft_path), "--input-key", "messages",
+        "--rollout-function-path", "slime_ref.rollout.sft_rollout.generate_rollout",
+        "--loss-type", "sft_loss", "--calculate-per-token-loss", "--disable-compute-advantages-and-returns",
+        "--debug-train-only", "--rollout-shuffle", "--rollout-seed", str(cfg.seed),
+        "--num-rollout", str(cfg.warmup_steps), "--rollout-batch-size", str(cfg.warmup_batch),
+        "--global-batch-size", str(cfg.warmup_batch),
+        "--lr", str(cfg.warmup_lr), "--lr-decay-style", "constant", "--weight-decay", "0.0",
+        "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--seed", str(cfg.seed),
+        "--use-dynamic-batch-size", "--max-tokens-per-gpu", "8192",
+        "--actor-num-gpus-per-node", "1",
+        "--save", str(out / "warmup" / "checkpoint"), "--save-interval", str(cfg.warmup_steps),
+        "--save-hf", str(out / "warmup" / "hf"),
+        "--output-dir", str(out / "warmup"),
+    ]
+
+
+def grpo_argv(cfg: QuickstartConfig, assets, out: Path) -> list[str]:
+    warm = out / "warmup" / "hf"
+    return [
+        "--hf-checkpoint", str(warm),
+        "--prompt-data", str(assets.train_path), "--input-key", "prompt", "--label-key", "label",
+        "--apply-chat-template", "--rollout-shuffle", "--rollout-seed", str(cfg.seed),
+        "--rm-type", assets.manifest["rm_type"],
+        "--num-rollout", str(cfg.num_rollout), "--rollout-batch-size", str(cfg.rollout_batch_size),
+        "--n-samples-per-prompt", str(cfg.n_samples_per_prompt),
+        "--global-batch-size", str(cfg.rollout_batch_size * cfg.n_samples_per_prompt),
+        "--rollout-max-response-len", str(cfg.max_response_len), "--rollout-temperature", "1.0",
+        "--advantage-estimator", "grpo", "--eps-clip", "0.2", "--eps-clip-high", "0.28",
+        "--lr", str(cfg.lr), "--lr-decay-style", "constant", "--weight-decay", "0.0",
+        "--adam-beta1", "0.9", "--adam-beta2", "0.98",
+        "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--seed", str(cfg.seed),
+        "--use-dynamic-batch-size", "--max-tokens-per-gpu", "8192",
+        "--eval-prompt-data", "arith", str(assets.eval_path), "--eval-interval", str(cfg.eval_interval),
+        "--n-samples-per-eval-prompt", str(cfg.n_samples_per_eval_prompt),
+        "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", "--colocate",
+        "--check-weight-update-equal",
+        "--output-dir", str(out / "grpo"),
+        *cfg.extra,
+    ]
+
+
+NEXT_STEPS = """\
+Next steps toward a real slime run:
+  1. slime-check prereqs          on the GPU machine; fix every FAIL (Docker image, shm, ulimits)
+  2. write a launch script        from skill/templates/ (Qwen3-4B on 8 GPUs, or a 1-4 GPU run)
+  3. slime-check config run.sh    catches unknown flags, a broken batch identity, KL without --ref-load
+  4. slime-ref train <your flags> reproduces the config at small scale on the tiny model first
+  5. bash run.sh                  then watch rollout/raw_reward and train/ppo_kl as in this run"""
+
+
+def run_quickstart(out: Path, cfg: QuickstartConfig, force: bool, console) -> dict:
+    from rich.table import Table
+
+    from slime_check.findings import render
+    from slime_check.prereqs import run_prereqs
+    from slime_check.probes import LiveProbe
+
+    wall_start = time.perf_counter()
+    phase_s: dict[str, float] = {}
+    out.mkdir(parents=True, exist_ok=True)
+
+    # 1. checks
+    start = time.perf_counter()
+    console.rule("[bold]1/5  checks")
+    slime_findings = run_prereqs(LiveProbe())
+    counts = {s: sum(f.status is s for f in slime_findings) for s in Status}
+    console.print(f"A full slime run on this machine: PASS {counts[Status.PASS]}, WARN {counts[Status.WARN]}, "
+                  f"FAIL {counts[Status.FAIL]}, SKIP {counts[Status.SKIP]} (details: slime-check prereqs)")
+    findings = quickstart_checks(out)
+    render(findings, "This quick start needs", console)
+    phase_s["checks"] = time.perf_counter() - start
+    failed = [f.id for f in findings if f.status is Status.FAIL]
+    if failed and not force:
+        raise UserError(f"quick start refused: {', '.join(failed)} failed (see above); fix them, or pass --force")
+
+    # 2. assets
+    from slime_ref.assets import make_tiny
+
+    start = time.perf_counter()
+    console.rule("[bold]2/5  the embedded tiny model and task")
+    assets = make_tiny(out / "assets", seed=cfg.seed)
+    console.print(f"tiny Qwen3 ({assets.manifest['num_parameters']:,} parameters) and single-digit addition: "
+                  f"{assets.manifest['num_train']} train / {assets.manifest['num_eval']} eval prompts, "
+                  f"reward --rm-type {assets.manifest['rm_type']}")
+    phase_s["assets"] = time.perf_counter() - start
+
+    from slime_ref.arguments import parse_args
+    from slime_ref.console import RunDisplay, quiet_library_logs
+    from slime_ref.ray.placement import init_ray
+
+    quiet_library_logs(str(out))
+    import ray
+
+    started_ray = init_ray(min_cpus=4, object_store_mb=1024, temp_dir=str(out / "ray"))
+    try:
+        # 3. warm-up
+        from slime_ref.train import train
+
+        start = time.perf_counter()
+        console.rule("[bold]3/5  supervised warm-up (--loss-type sft_loss)")
+        args = parse_args(warmup_argv(cfg, assets, out))
+        with RunDisplay(console, args.num_rollout, "warm-up") as display:
+            train(args, progress=display)
+        phase_s["warmup"] = time.perf_counter() - start
+
+        # 4. GRPO
+        start = time.perf_counter()
+        console.rule("[bold]4/5  GRPO: engines behind sglang-router, Megatron actor, weight sync")
+        args = parse_args(grpo_argv(cfg, assets, out))
+        with RunDisplay(console, args.num_rollout, "GRPO") as display:
+            grpo = train(args, progress=display)
+        phase_s["grpo"] = time.perf_counter() - start
+    finally:
+        if started_ray:
+            ray.shutdown()
+
+    # 5. summary
+    from slime_ref.plot import plot_run
+
+    console.rule("[bold]5/5  summary")
+    plot = plot_run(out / "grpo", out / "reward.png")
+    summary = {
+        "reward_before": grpo["reward_before"],
+        "reward_after": grpo["reward_after"],
+        "reward_gain": (grpo["reward_after"] - grpo["reward_before"])
+        if grpo["reward_before"] is not None and grpo["reward_after"] is not None else None,
+        "eval": grpo["eval"],
+        "wall_s": time.perf_counter() - wall_start,
+        "phase_s": {**phase_s, **{f"grpo/{k}": v for k, v in grpo["phase_s"].items()}},
+        "checks": [f.to_dict() for f in findings],
+        "outputs": {"assets": str(assets.root), "warmup": str(out / "warmup"), "grpo": str(out / "grpo"),
+                    "plot": str(plot), "metrics": str(out / "grpo" / "metrics.jsonl")},
+        "config": {k: v for k, v in vars(cfg).items() if k != "extra"},
+    }
+    atomic_write_json(out / "summary.json", summary)
+
+    table = Table(title="slime-check quickstart", show_header=False)
+    table.add_row("eval reward (held-out prompts)",
+                  f"{summary['reward_before']:.3f} -> {summary['reward_after']:.3f} "
+                  f"({summary['reward_gain']:+.3f})")
+    table.add_row("wall time", f"{summary['wall_s']:.0f} s")
+    for key in ("checks", "assets", "warmup", "grpo"):
+        table.add_row(f"  {key}", f"{phase_s.get(key, 0.0):.1f} s")
+    for key in ("rollout", "train", "update_weights", "eval", "setup"):
+        if key in grpo["phase_s"]:
+            table.add_row(f"    grpo {key}", f"{grpo['phase_s'][key]:.1f} s")
+    table.add_row("reward plot", str(plot))
+    table.add_row("summary", str(out / "summary.json"))
+    console.print(table)
+    console.print(NEXT_STEPS)
+    return summary
+
+
+@click.command("quickstart")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("slime-quickstart"),
+              show_default=True, help="Everything the run writes goes under this directory.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the assets, data order and model.")
+@click.option("--num-rollout", type=click.IntRange(1), default=None, help="GRPO rollouts (default: the tuned recipe).")
+@click.option("--force", is_flag=True, help="Run even if a check FAILs.")
+def quickstart(out: Path, seed: int, num_rollout: int | None, force: bool) -> None:
+    """Checks, then a small, safe GRPO run on an embedded tiny model, end to end.
+
+    \b
+    It builds a tiny Qwen3 and an arithmetic task offline, warms the model up with a few
+    supervised steps, then trains it with GRPO on the real stack (Ray, sglang-router, engines,
+    Megatron actor, weight sync) and reports the held-out reward before and after. It writes only
+    under --out, uses free loopback ports, and stops exactly the processes it started.
+    Results: OUT/summary.json (reward_before, reward_after, wall_s, phase_s), OUT/reward.png.
+    """
+    from rich.console import Console
+
+    cfg = QuickstartConfig(seed=seed)
+    if num_rollout is not None:
+        cfg.num_rollout = num_rollout
+        cfg.eval_interval = max(1, min(cfg.eval_interval, num_rollout))
+    run_quickstart(out.resolve(), cfg, force, Console())
