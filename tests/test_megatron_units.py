@@ -10,7 +10,7 @@ import torch
 
 from slime_ref.backends.megatron import checkpoint as ckpt
 from slime_ref.backends.megatron.arguments import add_megatron_arguments, validate_megatron_args
-from slime_ref.backends.megatron.data import first_fit_pack, schedule_rollout
+from slime_ref.backends.megatron.data import balanced_partition, first_fit_pack, schedule_rollout
 from slime_ref.backends.megatron.layers import RopeConfig
 from slime_ref.backends.megatron.logprobs import _VocabParallelLogProbEntropy, response_rows
 from slime_ref.backends.megatron.model import padded_vocab_size, read_hf_architecture
@@ -90,6 +90,24 @@ def test_dynamic_micro_batches_respect_the_token_budget_and_cover_each_step_once
                     covered += mb
         assert sorted(covered) == list(range(8))
     assert first_fit_pack([5, 9, 3, 7], 12) == [[0, 2], [1], [3]]
+
+
+def test_balanced_partition_gives_equal_counts_and_evens_the_cost():
+    # LPT: 9 -> r0, 8 -> r1, 7 -> r1 (8 < 9), 1 -> r0 (r1 is full) ... sums 10 / 15 vs round-robin 16 / 9
+    assert balanced_partition([9, 8, 7, 1], 2) == [[0, 3], [1, 2]]
+    # ties go to the lower index and the lower rank: each rank gets one 5 and one 1
+    assert balanced_partition([5, 1, 1, 5, 1, 5], 3) == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_balance_data_deals_micro_batches_by_workload_not_round_robin():
+    lengths = [100, 90, 10, 5]  # round-robin would give rank 0 samples 0 and 2 (110), rank 1 (95)
+    kw = dict(global_batch_size=4, dp_size=2, micro_batch_size=1)
+    plain = [schedule_rollout(lengths, [1] * 4, dp_rank=r, **kw)[0].micro_batches for r in range(2)]
+    assert plain == [[[0], [2]], [[1], [3]]]
+    balanced = [schedule_rollout(lengths, [1] * 4, dp_rank=r, workload=lambda n: n * n, **kw)[0].micro_batches
+                for r in range(2)]
+    # costs 10000, 8100, 100, 25: LPT puts 0 and 3 together, 1 and 2 together
+    assert balanced == [[[0], [3]], [[1], [2]]]
 
 
 def test_dynamic_schedule_gives_every_dp_rank_the_same_number_of_micro_batches():

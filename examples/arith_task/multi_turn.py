@@ -162,6 +162,8 @@ def fill_sample(sample, prompt_ids: list[int], episode: Episode):
     sample.response_length = len(episode.tokens)
     sample.loss_mask = episode.loss_mask
     sample.rollout_log_probs = episode.log_probs
-    sample.metadata = {**(sample.metadata or {}), "feedback_turns": episode.feedback_turns}
+    # round_number: assistant turns, which --log-multi-turn summarises (slime reads the same key)
+    sample.metadata = {**(sample.metadata or {}), "feedback_turns": episode.feedback_turns,
+                       "round_number": episode.feedback_turns + 1}
     sample.status = {"stop": status.COMPLETED, "length": status.TRUNCATED}.get(episode.finish, status.ABORTED)
     return sample

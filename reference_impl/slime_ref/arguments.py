@@ -137,6 +137,9 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     group.add_argument("--max-tokens-per-gpu", type=int, default=None, help="Token budget of a packed micro-batch.")
     group.add_argument("--log-probs-max-tokens-per-gpu", type=int, default=None,
                        help="Token budget when only computing log-probs (default: --max-tokens-per-gpu).")
+    group.add_argument("--balance-data", action="store_true", default=False,
+                       help="Deal each step's micro-batches to data-parallel ranks by estimated FLOPs "
+                            "(same count per rank) instead of round-robin.")
     return parser
 
 
@@ -318,6 +321,11 @@ def add_logging_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     group.add_argument("--use-tensorboard", action="store_true", default=False, help="Log to TensorBoard.")
     group.add_argument("--tb-project-name", type=str, default=None, help="TensorBoard project directory.")
     group.add_argument("--tb-experiment-name", type=str, default=None, help="TensorBoard run name.")
+    group.add_argument("--log-passrate", action="store_true", default=False,
+                       help="Log passrate/pass@k (k = 1, 2, 4, .. <= --n-samples-per-prompt) of each rollout's groups.")
+    group.add_argument("--log-multi-turn", action="store_true", default=False,
+                       help="Log multi_turn/* metrics: response lengths with and without masked "
+                            "(environment) tokens, and metadata['round_number'] statistics.")
     group.add_argument("--use-wandb", action="store_true", default=False, help="Log to Weights & Biases.")
     group.add_argument("--wandb-mode", type=str, choices=["online", "offline", "disabled"], default=None,
                        help="offline needs no network (sync later with `wandb sync`).")
@@ -404,6 +412,9 @@ def add_slime_ref_arguments(parser: argparse.ArgumentParser) -> argparse.Argumen
                        help="CPU threads per training rank on machines without GPUs.")
     group.add_argument("--rollout-num-threads", type=int, default=None,
                        help="CPU threads per built-in engine (default: cores / engines).")
+    group.add_argument("--save-debug-rollout-data", type=str, default=None,
+                       help="slime's flag: dump each rollout's samples to this path, formatted with "
+                            "{rollout_id} (torch.save of {'rollout_id', 'samples'}).")
     group.add_argument("--ray-object-store-mb", type=int, default=1024,
                        help="Object store size of a local Ray cluster slime-ref starts.")
     return parser

@@ -47,6 +47,8 @@ def init_ray(min_cpus: int, object_store_mb: int = 1024, temp_dir: str | None = 
         return False
     # Logical CPU slots may exceed physical cores: each slot is a placement, not a core.
     ray.init(
+        # "local": always a new private cluster, never one a stale /tmp/ray/ray_current_cluster names
+        address="local",
         num_cpus=max(min_cpus, os.cpu_count() or 1),
         include_dashboard=False,
         object_store_memory=object_store_mb * 1024 * 1024,

@@ -161,6 +161,8 @@ class RolloutManager:
             raw, rewards = post(self.args, samples)
         else:
             raw, rewards = post_process_rewards(self.args, samples)
+        if self.args.save_debug_rollout_data:
+            save_debug_rollout_data(self.args.save_debug_rollout_data, rollout_id, samples)
         data = samples_to_train_data(samples, raw, rewards)
         metrics = rollout_metrics(self.args, samples, raw, rollout_time)
         metrics.update(getattr(output, "metrics", None) or {})
@@ -241,6 +243,19 @@ class RolloutManager:
 # samples -> train data, and the metrics
 
 
+def save_debug_rollout_data(path_template: str, rollout_id: int, samples) -> None:
+    """slime's --save-debug-rollout-data: one file per rollout, written atomically."""
+    import io
+
+    import torch
+
+    from slime_ref.utils.fileio import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    torch.save({"rollout_id": rollout_id, "samples": [s.to_dict() for s in samples]}, buffer)
+    atomic_write_bytes(path_template.format(rollout_id=rollout_id), buffer.getvalue())
+
+
 def samples_to_train_data(samples, raw_rewards, rewards) -> dict:
     """slime's ``_convert_samples_to_train_data``: per-sample lists the trainer consumes."""
     data = {
@@ -274,9 +289,39 @@ def rollout_metrics(args, samples, raw_rewards, rollout_time: float) -> dict:
         "rollout/zero_std_ratio": sum(max(g) == min(g) for g in groups) / len(groups),
         "perf/rollout_time": rollout_time,
     }
+    if args.log_multi_turn:
+        metrics.update(multi_turn_metrics(args, samples))
+    if args.log_passrate:
+        metrics.update({f"passrate/{k}": v for k, v in pass_rates(list(raw_rewards), group).items()})
     if args.rollout_num_gpus:
         metrics["perf/tokens_per_gpu_per_sec"] = sum(lengths) / rollout_time / args.rollout_num_gpus
     return metrics
+
+
+def multi_turn_metrics(args, samples) -> dict:
+    """--log-multi-turn: response lengths with and without tool/environment tokens, and rounds.
+
+    ``raw_response_length``: every response token; ``wo_obs_response_length``: those the loss mask
+    keeps (the model's own); ``round_number`` from ``sample.metadata["round_number"]`` when set.
+    """
+    raw = [s.response_length for s in samples]
+    own = [sum(s.loss_mask) if s.loss_mask is not None else s.response_length for s in samples]
+    out = {
+        "multi_turn/raw_response_length/response_length_mean": sum(raw) / len(raw),
+        "multi_turn/raw_response_length/response_length_max": max(raw),
+        "multi_turn/raw_response_length/response_length_min": min(raw),
+        "multi_turn/raw_response_length/response_length_clip_ratio":
+            sum(n >= args.rollout_max_response_len for n in raw) / len(raw),
+        "multi_turn/wo_obs_response_length/response_length_mean": sum(own) / len(own),
+        "multi_turn/wo_obs_response_length/response_length_max": max(own),
+        "multi_turn/wo_obs_response_length/response_length_min": min(own),
+    }
+    rounds = [s.metadata["round_number"] for s in samples if "round_number" in (s.metadata or {})]
+    if rounds:
+        out["multi_turn/multi_turn_metric/round_number_mean"] = sum(rounds) / len(rounds)
+        out["multi_turn/multi_turn_metric/round_number_max"] = max(rounds)
+        out["multi_turn/multi_turn_metric/round_number_min"] = min(rounds)
+    return out
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -286,19 +331,31 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
 
 
+def pass_rates(rewards: list[float], group_size: int) -> dict[str, float]:
+    """{"pass@k": mean over groups of unbiased pass@k} for k = 1, 2, 4, ... <= group_size.
+
+    ``rewards`` holds consecutive groups of ``group_size`` responses to one prompt; a response
+    with reward > 0 counts as correct. Empty for group_size 1, as in slime's compute_pass_rate.
+    """
+    if group_size <= 1:
+        return {}
+    groups = [rewards[i:i + group_size] for i in range(0, len(rewards), group_size)]
+    out = {}
+    k = 1
+    while k <= group_size:
+        scores = [pass_at_k(group_size, sum(r > 0 for r in g), k) for g in groups]
+        out[f"pass@{k}"] = sum(scores) / len(scores)
+        k *= 2
+    return out
+
+
 def eval_metrics(args, data: dict) -> dict:
     """eval/<name> (mean reward: pass@1 for 0/1 rewards), eval/<name>-pass@k, eval/<name>-truncated_ratio."""
     out = {}
-    n = args.n_samples_per_eval_prompt
     for name, result in data.items():
         rewards = [float(r) for r in result["rewards"]]
         out[f"eval/{name}"] = sum(rewards) / len(rewards)
         out[f"eval/{name}-truncated_ratio"] = sum(result["truncated"]) / len(result["truncated"])
-        if n > 1:
-            per_prompt = [rewards[i:i + n] for i in range(0, len(rewards), n)]
-            k = 1
-            while k <= n:
-                scores = [pass_at_k(n, sum(r > 0 for r in p), k) for p in per_prompt]
-                out[f"eval/{name}-pass@{k}"] = sum(scores) / len(scores)
-                k *= 2
+        for key, value in pass_rates(rewards, args.n_samples_per_eval_prompt).items():
+            out[f"eval/{name}-{key}"] = value
     return out

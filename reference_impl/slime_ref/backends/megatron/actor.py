@@ -372,7 +372,20 @@ class MegatronActor:
             micro_batch_size=a.micro_batch_size,
             use_dynamic_batch_size=a.use_dynamic_batch_size,
             max_tokens_per_gpu=a.max_tokens_per_gpu,
+            workload=self._forward_flops if a.balance_data else None,
         )
+
+    def _forward_flops(self, length: int) -> float:
+        """--balance-data's cost of one sequence, from the HF config so every rank agrees: the
+        per-token matmuls (2 FLOPs per weight) plus causal attention scores and values
+        (2 * L^2 * heads * head_dim per layer)."""
+        h = self.arch
+        attn_width = h.num_attention_heads * h.head_dim
+        kv_width = h.num_key_value_heads * h.head_dim
+        per_layer = h.hidden_size * (attn_width + 2 * kv_width) + attn_width * h.hidden_size \
+            + 3 * h.hidden_size * h.intermediate_size
+        weights = h.num_layers * per_layer + h.vocab_size * h.hidden_size
+        return 2.0 * length * weights + 2.0 * length * length * attn_width * h.num_layers
 
     def train(self, rollout_id: int, batch: dict) -> list[dict[str, float]]:
         """Train on one rollout (see the module docstring). Returns each optimizer step's metrics.

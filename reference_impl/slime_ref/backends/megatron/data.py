@@ -5,7 +5,8 @@ steps of ``--global-batch-size`` consecutive samples. Each step's samples are gr
 micro-batches, either ``--micro-batch-size`` samples each or, with ``--use-dynamic-batch-size``,
 first-fit packs of at most ``--max-tokens-per-gpu`` tokens. The number of micro-batches is made a
 multiple of the data-parallel size and they are dealt to the ranks round-robin, so every rank
-runs the same number of micro-batches per step (pipeline stages must agree). This is slime's
+runs the same number of micro-batches per step (pipeline stages must agree); with
+``--balance-data`` they are dealt by estimated FLOPs instead. This is slime's
 "pack first, distribute second" schedule (slime/utils/dp_schedule.py).
 
 A micro-batch becomes one pack: its samples' tokens concatenated into a single [1, T] sequence with
@@ -14,6 +15,7 @@ a :class:`~slime_ref.backends.megatron.layers.PackedSequence` describing the bou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -68,6 +70,23 @@ def split_largest_bins(bins: list[list[int]], target: int, lengths: list[int]) -
         bins.append(sorted(halves[1]))
 
 
+def balanced_partition(costs: list[float], parts: int) -> list[list[int]]:
+    """Split item indices into ``parts`` lists of equal length with close cost sums.
+
+    Largest cost first, each item to the lightest part that still has room (``len(costs)`` must
+    be a multiple of ``parts``). slime's --balance-data uses Karmarkar-Karp for the same goal;
+    greedy LPT is within 4/3 of optimal and deterministic. Each part is returned sorted.
+    """
+    size = len(costs) // parts
+    loads = [0.0] * parts
+    out: list[list[int]] = [[] for _ in range(parts)]
+    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        r = min((r for r in range(parts) if len(out[r]) < size), key=lambda r: (loads[r], r))
+        out[r].append(i)
+        loads[r] += costs[i]
+    return [sorted(p) for p in out]
+
+
 def schedule_rollout(
     total_lengths: list[int],
     loss_token_counts: list[int],
@@ -78,6 +97,7 @@ def schedule_rollout(
     micro_batch_size: int = 1,
     use_dynamic_batch_size: bool = False,
     max_tokens_per_gpu: int | None = None,
+    workload: Callable[[int], float] | None = None,
 ) -> list[StepSchedule]:
     """This DP rank's micro-batch schedule for every optimizer step of one rollout.
 
@@ -86,6 +106,9 @@ def schedule_rollout(
         loss_token_counts: each sample's max(loss-mask sum, 1).
         global_batch_size: samples per optimizer step (all DP ranks together). Trailing samples
             that do not fill a step are not trained on.
+        workload: ``--balance-data``: estimated cost of a sample from its length. Micro-batches
+            then go to ranks by :func:`balanced_partition` of their summed cost instead of
+            round-robin (still the same count per rank).
 
     Returns:
         one StepSchedule per step, ``len(total_lengths) // global_batch_size`` of them.
@@ -118,7 +141,12 @@ def schedule_rollout(
                     f"{micro_batch_size} x data-parallel size {dp_size} (or use --use-dynamic-batch-size)"
                 )
             bins = [list(range(i, i + micro_batch_size)) for i in range(0, global_batch_size, micro_batch_size)]
-        mine = [[indices[i] for i in bins[k]] for k in range(dp_rank, len(bins), dp_size)]
+        if workload is None:
+            my_bins = list(range(dp_rank, len(bins), dp_size))
+        else:
+            costs = [sum(workload(lengths[i]) for i in b) for b in bins]
+            my_bins = balanced_partition(costs, dp_size)[dp_rank]
+        mine = [[indices[i] for i in bins[k]] for k in my_bins]
         steps.append(StepSchedule(mine, global_batch_size, sum(loss_token_counts[i] for i in indices)))
     return steps
 

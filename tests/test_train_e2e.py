@@ -1,0 +1,198 @@
+"""slime-ref train end to end on CPU: the real stack (Ray, sglang-router, built-in engines, Megatron actor).
+
+Each run checks weights after every sync (--check-weight-update-equal: the engines' log-probs of a
+fixed sequence must equal the trainer's, fp32), so a run that finishes has passed that check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def grpo_flags(tiny, out: Path, *extra: str) -> list[str]:
+    return [
+        "--hf-checkpoint", str(tiny.model_dir), "--prompt-data", str(tiny.train_path),
+        "--input-key", "prompt", "--label-key", "label", "--apply-chat-template", "--rm-type", "math",
+        "--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--global-batch-size", "16",
+        "--rollout-max-response-len", "6", "--lr", "1e-4", "--attention-dropout", "0", "--hidden-dropout", "0",
+        "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096", "--check-weight-update-equal",
+        "--output-dir", str(out), *extra,
+    ]
+
+
+def run_train(flags: list[str], command: str = "train", timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(["slime-ref", command, *flags], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_ok(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr[-4000:]}"
+
+
+def test_disaggregated_tp2_trainer_two_engines_distributed_sync(tiny, tmp_path):
+    """TP=2 trainer and 2 engines behind the router, weights broadcast over a gloo group."""
+    out = tmp_path / "run"
+    result = run_train(grpo_flags(
+        tiny, out, "--num-rollout", "3", "--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size", "2",
+        "--rollout-num-gpus", "2", "--update-weight-transport", "nccl",
+        "--eval-prompt-data", "arith", str(tiny.eval_path), "--eval-interval", "3", "--n-samples-per-eval-prompt", "2",
+    ))
+    assert_ok(result)
+    records = metrics(out)
+    rollouts = [r for r in records if "train/pg_loss" in r]
+    assert [r["rollout_id"] for r in rollouts] == [0, 1, 2]
+    for r in rollouts:
+        assert r["perf/weight_check_max_abs_diff"] <= 1e-5
+        assert r["perf/update_weights_bytes"] > 0
+        assert 0.0 <= r["rollout/raw_reward"] <= 1.0
+    evals = [r for r in records if "eval/arith" in r]
+    assert [r["rollout_id"] for r in evals] == [0, 2]  # before training and at the end
+    assert "eval/arith-pass@2" in evals[-1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["reward_before"] == evals[0]["eval/arith"]
+    assert set(summary["phase_s"]) >= {"setup", "rollout", "train", "update_weights", "eval"}
+    logs = {p.name for p in (out / "logs").iterdir()}
+    assert {"engine-0.log", "engine-1.log", "router.log"} <= logs
+
+
+def test_colocated_tensor_sync_and_disk_sync(tiny, tmp_path):
+    for extra, name in ((["--colocate"], "colocated"),
+                        (["--update-weight-transport", "disk", "--update-weight-disk-dir", str(tmp_path / "w")], "disk")):
+        out = tmp_path / name
+        assert_ok(run_train(grpo_flags(tiny, out, "--num-rollout", "2", "--actor-num-gpus-per-node", "1", *extra)))
+        rollouts = [r for r in metrics(out) if "train/pg_loss" in r]
+        assert len(rollouts) == 2 and all(r["perf/weight_check_max_abs_diff"] <= 1e-5 for r in rollouts)
+
+
+def test_train_async_overlaps_and_refuses_colocate(tiny, tmp_path):
+    out = tmp_path / "async"
+    assert_ok(run_train(grpo_flags(tiny, out, "--num-rollout", "3", "--actor-num-gpus-per-node", "1",
+                                   "--update-weights-interval", "2"), command="train-async"))
+    rollouts = [r for r in metrics(out) if "train/pg_loss" in r]
+    assert [r["rollout_id"] for r in rollouts] == [0, 1, 2]
+    synced = [r["rollout_id"] for r in rollouts if "perf/update_weights_time" in r]
+    assert synced == [1]  # every 2 rollouts: after rollout 1 (the run ends before rollout 3)
+    refused = run_train(grpo_flags(tiny, tmp_path / "x", "--num-rollout", "1", "--colocate"), command="train-async")
+    assert refused.returncode == 2 and "--colocate" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def _prompts_trained(dump_dir: Path) -> dict[int, list[str]]:
+    """Prompts of each rollout, from --save-debug-rollout-data dumps (one file per rollout id)."""
+    import torch
+
+    trained = {}
+    for path in sorted(dump_dir.glob("rollout_*.pt")):
+        dump = torch.load(path, weights_only=False)
+        trained[dump["rollout_id"]] = [s["prompt"] for s in dump["samples"]]
+    return trained
+
+
+def test_sigkill_mid_run_then_resume_trains_on_the_same_prompts(tiny, tmp_path):
+    """Kill the trainer's whole process group with SIGKILL mid-run, resume from --load: the prompts
+    trained on, rollout by rollout, equal an uninterrupted run's."""
+    def flags(out: Path, save: Path) -> list[str]:
+        return grpo_flags(tiny, out, "--num-rollout", "6", "--actor-num-gpus-per-node", "1", "--colocate",
+                          "--rollout-shuffle", "--save", str(save), "--load", str(save), "--save-interval", "1",
+                          "--save-debug-rollout-data", str(out / "dumps" / "rollout_{rollout_id}.pt"))
+
+    whole = tmp_path / "whole"
+    assert_ok(run_train(flags(whole, tmp_path / "whole-ckpt")))
+    expected = _prompts_trained(whole / "dumps")
+    assert sorted(expected) == list(range(6))
+
+    out, save = tmp_path / "killed", tmp_path / "killed-ckpt"
+    proc = subprocess.Popen(["slime-ref", "train", *flags(out, save)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:  # wait until rollout 2 has been saved, then kill mid-run
+        if (save / "latest_checkpointed_iteration.txt").is_file() and \
+                (save / "latest_checkpointed_iteration.txt").read_text().strip() not in ("", "0", "1"):
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    _wait_gone(proc.pid)
+    saved = int((save / "latest_checkpointed_iteration.txt").read_text())  # the last rollout saved
+    assert saved < 5, "the kill came too late to interrupt the run"
+
+    assert_ok(run_train(flags(out, save)))
+    resumed = [r["rollout_id"] for r in metrics(out) if "train/pg_loss" in r]
+    assert resumed[-(5 - saved):] == list(range(saved + 1, 6)), resumed  # resumed right after the checkpoint
+    # a rollout generated before the kill but not yet saved is generated again, from the same prompts
+    assert _prompts_trained(out / "dumps") == expected
+
+
+def _wait_gone(pid: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not psutil.pid_exists(pid):
+            return
+        time.sleep(0.2)
+
+
+def test_bad_flags_exit_2_without_starting_anything(tiny, tmp_path):
+    typo = run_train(grpo_flags(tiny, tmp_path / "t", "--num-rollout", "1", "--rollout-temprature", "0.5"))
+    assert typo.returncode == 2 and "did you mean --rollout-temperature?" in typo.stderr
+    unsupported = run_train(grpo_flags(tiny, tmp_path / "u", "--num-rollout", "1", "--use-fault-tolerance"))
+    assert unsupported.returncode == 2 and "does not implement: --use-fault-tolerance" in unsupported.stderr
+    for result in (typo, unsupported):
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "t").exists()
+
+
+def test_help_lists_slime_flags():
+    result = subprocess.run(["slime-ref", "train", "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    for flag in ("--rollout-batch-size", "--advantage-estimator", "--colocate", "--tensor-model-parallel-size",
+                 "--eval-prompt-data", "--update-weight-buffer-size"):
+        assert flag in result.stdout
+
+
+def test_joins_a_separately_started_ray_head(tiny, tmp_path):
+    """Multi-node goes through an existing cluster: `ray start --head`, then RAY_ADDRESS."""
+    from slime_ref.rollout.servers import free_port
+
+    port = free_port()
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen(
+        [ray_bin, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port),
+         "--num-cpus", "6", "--include-dashboard", "false", "--temp-dir", str(tmp_path / "ray")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True,
+    )
+    try:
+        out = tmp_path / "joined"
+        flags = grpo_flags(tiny, out, "--num-rollout", "1", "--actor-num-gpus-per-node", "1", "--colocate")
+        address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:  # until the head answers
+            probe = subprocess.run([ray_bin, "status", "--address", address], capture_output=True, timeout=60)
+            if probe.returncode == 0:
+                break
+            time.sleep(2)
+        result = subprocess.run(["slime-ref", "train", *flags], capture_output=True, text=True, timeout=400,
+                                env={**os.environ, "RAY_ADDRESS": address})
+        assert_ok(result)
+        assert len([r for r in metrics(out) if "train/pg_loss" in r]) == 1
+    finally:  # the head and the Ray processes it started share its process group: stop them by group
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(timeout=30)
