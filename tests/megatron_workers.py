@@ -258,6 +258,64 @@ def resume_worker(rank, world, port, model_dir, argv, stop, crash_marker=None, c
     return out
 
 
+class HostReads:
+    """Counts reads of tensor values by the host (``.item()``, ``.tolist()``, ``bool(t)``, ...).
+
+    On a GPU each of them waits until the device has computed the value: the host stops issuing
+    work and the device then idles while it catches up. The methods are wrapped on the Tensor class,
+    so calls from autograd backward functions count too (a TorchFunctionMode does not see those).
+    """
+
+    NAMES = ("item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__")
+
+    def __enter__(self):
+        self.counts: dict[str, int] = {}
+        self._inside = 0  # a torch function mode (cpu_compat's) calls the wrapper again: count once
+        self._own = {name: torch.Tensor.__dict__.get(name) for name in self.NAMES}
+        for name in self.NAMES:
+            original = getattr(torch.Tensor, name)
+
+            def counted(tensor, *args, _name=name, _original=original, **kwargs):
+                if not self._inside:
+                    self.counts[_name] = self.counts.get(_name, 0) + 1
+                self._inside += 1
+                try:
+                    return _original(tensor, *args, **kwargs)
+                finally:
+                    self._inside -= 1
+
+            setattr(torch.Tensor, name, counted)
+        return self
+
+    def __exit__(self, *exc):
+        for name, own in self._own.items():
+            if own is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, own)
+
+
+def host_reads_worker(rank, world, port, model_dir):
+    """Host reads of tensor values in one optimizer step, by loss type and number of micro-batches."""
+    from slime_ref.backends.megatron.actor import MegatronActor
+    from slime_ref.backends.megatron.optimizer_kernels import use_fused_adam
+
+    actor = MegatronActor(make_args(["--hf-checkpoint", model_dir, "--global-batch-size", "8", "--lr", "1e-3",
+                                     "--attention-dropout", "0", "--hidden-dropout", "0"]),
+                          rank=rank, world_size=world, master_port=port)
+    use_fused_adam(actor.optimizer)  # as on GPU: torch's CPU Adam reads each step count on the host
+    batch = synthetic_batch(8, seed=0)
+    out = {}
+    for loss_type in ("sft_loss", "policy_loss"):
+        for micro_batch_size in (8, 2):
+            actor.args.loss_type, actor.args.micro_batch_size = loss_type, micro_batch_size
+            actor.train(0, batch)  # the first step builds optimizer state; count a later one
+            with HostReads() as reads:
+                actor.train(1, batch)
+            out[loss_type, micro_batch_size] = reads.counts
+    return out
+
+
 def load_and_score_worker(rank, world, port, model_dir, argv):
     """Start an actor from argv's --load and compare its logits with the HF model's."""
     from slime_ref.backends.megatron.actor import MegatronActor
