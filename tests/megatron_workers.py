@@ -219,6 +219,15 @@ def _buckets(model, arch, bucket_bytes):
     return iter_hf_weight_buckets(model, arch, bucket_bytes)
 
 
+def adam_summary(optimizer) -> dict:
+    """How the torch Adam inside a megatron optimizer runs: fused or not, and where its step counts live."""
+    from slime_ref.backends.megatron.optimizer_kernels import torch_adam_optimizers
+
+    inner = torch_adam_optimizers(optimizer)
+    return {"fused": {bool(g["fused"]) for o in inner for g in o.param_groups},
+            "steps": {(str(s["step"].device), float(s["step"])) for o in inner for s in o.state.values()}}
+
+
 def resume_worker(rank, world, port, model_dir, argv, stop, crash_marker=None, crash_at=None):
     """Train rollouts start..stop-1 (saving after each when --save is given); return losses and resume info.
 
@@ -248,7 +257,8 @@ def resume_worker(rank, world, port, model_dir, argv, stop, crash_marker=None, c
 
     args = make_args(["--hf-checkpoint", model_dir, *argv])
     actor = MegatronActor(args, rank=rank, world_size=world, master_port=port)
-    out = {"start": actor.start_rollout_id, "data_state": actor.data_state, "losses": {}}
+    out = {"start": actor.start_rollout_id, "data_state": actor.data_state, "losses": {},
+           "adam": adam_summary(actor.optimizer)}
     for rollout_id in range(actor.start_rollout_id, stop):
         metrics = actor.train(rollout_id, synthetic_batch(8, seed=rollout_id))
         out["losses"][rollout_id] = [m["train/loss"] for m in metrics]

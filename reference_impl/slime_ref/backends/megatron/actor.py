@@ -438,12 +438,15 @@ class MegatronActor:
         self.config.finalize_model_grads_func = finalize_model_grads
         mbs = [pack_micro_batch(rollout, m, self.device, _LOSS_KEYS) for m in step.micro_batches]
         results = self._run_schedule(mbs, loss_fn, forward_only=False)
+        # read the metrics before the optimizer runs: the read waits for the backward only (the
+        # optimizer's gradient-norm read waits there anyway), and the optimizer's kernels then
+        # overlap whatever the host does next instead of being waited for
+        metrics = self._reduce_metrics(results)
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses
         update_ok, grad_norm, _ = self.optimizer.step()
         if not update_ok:
             raise RuntimeError("optimizer step failed (non-finite gradients)")
         self.scheduler.step(increment=step.num_samples)
-        metrics = self._reduce_metrics(results)
         metrics["train/grad_norm"] = float(grad_norm)
         metrics["train/lr"] = lr
         return metrics
