@@ -234,32 +234,29 @@ KERNEL_CLASSES = (  # (class, substrings of the kernel name), first match wins
 
 def kernel_profile(step, trace_path: Path | None, top: int) -> dict:
     """One step under torch.profiler: GPU time per kernel class, the top kernels, GPU busy vs wall."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         step()
         torch.cuda.synchronize()
         wall = time.perf_counter() - start
-    rows = []
-    for evt in prof.key_averages():
-        us = getattr(evt, "self_device_time_total", None)
-        if us is None:
-            us = evt.self_cuda_time_total
-        rows.append((evt.key, us / 1000, evt.count))
-    rows.sort(key=lambda r: -r[1])
+    per_kernel = defaultdict(lambda: [0.0, 0])  # name -> [ms, count], device-side events only
+    for evt in prof.events():
+        if evt.device_type == DeviceType.CUDA:
+            per_kernel[evt.name][0] += evt.time_range.elapsed_us() / 1000
+            per_kernel[evt.name][1] += 1
+    rows = sorted(((name, ms, n) for name, (ms, n) in per_kernel.items()), key=lambda r: -r[1])
     classes = defaultdict(float)
     for name, ms, _ in rows:
         low = name.lower()
         kind = next((c for c, keys in KERNEL_CLASSES if any(k in low for k in keys)), "other")
         classes[kind] += ms
     if trace_path is not None:
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as traced:
-            step()
-            torch.cuda.synchronize()
         raw = trace_path.with_suffix("")
-        traced.export_chrome_trace(str(raw))
+        prof.export_chrome_trace(str(raw))
         with open(raw, "rb") as f, gzip.open(trace_path, "wb") as out:
             out.write(f.read())
         raw.unlink()
