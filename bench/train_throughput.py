@@ -5,8 +5,8 @@ vocab 151936, tied embeddings, QK-norm) with random bf16 weights, written once a
 
 - ``ours``: ``MegatronActor.train`` with ``--loss-type sft_loss --bf16``: one optimizer step of
   BATCH packed sequences per call (varlen flash attention, compiled RMSNorm/RoPE/SwiGLU, chunked
-  vocab log-probs, megatron's distributed optimizer with fp32 master weights), the actor's real
-  training path including packing.
+  vocab log-probs, megatron's distributed optimizer with fp32 master weights, foreach gradient
+  clipping and torch's fused AdamW), the actor's real training path including packing.
 - ``hf_sdpa``: ``Qwen3ForCausalLM(attn_implementation="sdpa")`` in bf16, loss from ``labels``,
   ``torch.optim.AdamW`` on the bf16 parameters (the baseline in ../shared/notes/gpu-baselines.md).
 - opt-in comparisons: ``ours_compiled_layers`` (every decoder layer wrapped in torch.compile;
