@@ -219,6 +219,15 @@ def _buckets(model, arch, bucket_bytes):
     return iter_hf_weight_buckets(model, arch, bucket_bytes)
 
 
+def adam_summary(optimizer) -> dict:
+    """How the torch Adam inside a megatron optimizer runs: fused or not, and where its step counts live."""
+    from slime_ref.backends.megatron.optimizer_kernels import torch_adam_optimizers
+
+    inner = torch_adam_optimizers(optimizer)
+    return {"fused": {bool(g["fused"]) for o in inner for g in o.param_groups},
+            "steps": {(str(s["step"].device), float(s["step"])) for o in inner for s in o.state.values()}}
+
+
 def resume_worker(rank, world, port, model_dir, argv, stop, crash_marker=None, crash_at=None):
     """Train rollouts start..stop-1 (saving after each when --save is given); return losses and resume info.
 
@@ -248,13 +257,72 @@ def resume_worker(rank, world, port, model_dir, argv, stop, crash_marker=None, c
 
     args = make_args(["--hf-checkpoint", model_dir, *argv])
     actor = MegatronActor(args, rank=rank, world_size=world, master_port=port)
-    out = {"start": actor.start_rollout_id, "data_state": actor.data_state, "losses": {}}
+    out = {"start": actor.start_rollout_id, "data_state": actor.data_state, "losses": {},
+           "adam": adam_summary(actor.optimizer)}
     for rollout_id in range(actor.start_rollout_id, stop):
         metrics = actor.train(rollout_id, synthetic_batch(8, seed=rollout_id))
         out["losses"][rollout_id] = [m["train/loss"] for m in metrics]
         out.setdefault("lrs", []).extend(m["train/lr"] for m in metrics)
         if args.save:
             actor.save(rollout_id, data_state={"next_offset": rollout_id + 1})
+    return out
+
+
+class HostReads:
+    """Counts reads of tensor values by the host (``.item()``, ``.tolist()``, ``bool(t)``, ...).
+
+    On a GPU each of them waits until the device has computed the value: the host stops issuing
+    work and the device then idles while it catches up. The methods are wrapped on the Tensor class,
+    so calls from autograd backward functions count too (a TorchFunctionMode does not see those).
+    """
+
+    NAMES = ("item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__")
+
+    def __enter__(self):
+        self.counts: dict[str, int] = {}
+        self._inside = 0  # a torch function mode (cpu_compat's) calls the wrapper again: count once
+        self._own = {name: torch.Tensor.__dict__.get(name) for name in self.NAMES}
+        for name in self.NAMES:
+            original = getattr(torch.Tensor, name)
+
+            def counted(tensor, *args, _name=name, _original=original, **kwargs):
+                if not self._inside:
+                    self.counts[_name] = self.counts.get(_name, 0) + 1
+                self._inside += 1
+                try:
+                    return _original(tensor, *args, **kwargs)
+                finally:
+                    self._inside -= 1
+
+            setattr(torch.Tensor, name, counted)
+        return self
+
+    def __exit__(self, *exc):
+        for name, own in self._own.items():
+            if own is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, own)
+
+
+def host_reads_worker(rank, world, port, model_dir):
+    """Host reads of tensor values in one optimizer step, by loss type and number of micro-batches."""
+    from slime_ref.backends.megatron.actor import MegatronActor
+    from slime_ref.backends.megatron.optimizer_kernels import use_fused_adam
+
+    actor = MegatronActor(make_args(["--hf-checkpoint", model_dir, "--global-batch-size", "8", "--lr", "1e-3",
+                                     "--attention-dropout", "0", "--hidden-dropout", "0"]),
+                          rank=rank, world_size=world, master_port=port)
+    use_fused_adam(actor.optimizer)  # as on GPU: torch's CPU Adam reads each step count on the host
+    batch = synthetic_batch(8, seed=0)
+    out = {}
+    for loss_type in ("sft_loss", "policy_loss"):
+        for micro_batch_size in (8, 2):
+            actor.args.loss_type, actor.args.micro_batch_size = loss_type, micro_batch_size
+            actor.train(0, batch)  # the first step builds optimizer state; count a later one
+            with HostReads() as reads:
+                actor.train(1, batch)
+            out[loss_type, micro_batch_size] = reads.counts
     return out
 
 

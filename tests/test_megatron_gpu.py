@@ -1,4 +1,5 @@
-"""The Megatron backend on CUDA: fused kernels against their eager/reference forms, TP=2 vs TP=1, bf16 training.
+"""The Megatron backend on CUDA: fused kernels against their eager/reference forms, TP=2 vs TP=1, bf16 training
+with fused AdamW and its resume.
 
 Skipped without CUDA. The TP=2 test needs two GPUs.
 """
@@ -10,7 +11,7 @@ import math
 import pytest
 import torch
 
-from megatron_workers import make_args, parallel_worker, run_workers, synthetic_batch
+from megatron_workers import adam_summary, make_args, parallel_worker, resume_worker, run_workers, synthetic_batch
 
 pytestmark = pytest.mark.gpu
 
@@ -105,12 +106,31 @@ def bf16_worker(rank, world, port, model_dir):
     sft.args.loss_type = "policy_loss"  # the same actor, now a GRPO step
     rl = sft.train(6, batch)
     dtypes = {t.dtype for bucket in sft.iter_hf_weights(1 << 30) for _, t in bucket}
-    return {"sft": sft_losses, "rl": rl, "dtypes": dtypes, "param_dtype": next(sft.model.parameters()).dtype}
+    return {"sft": sft_losses, "rl": rl, "dtypes": dtypes, "param_dtype": next(sft.model.parameters()).dtype,
+            "adam": adam_summary(sft.optimizer)}
 
 
 def test_bf16_training_runs_and_learns(tiny):
     result = run_workers(bf16_worker, 1, model_dir=str(tiny.model_dir))[0]
     assert result["param_dtype"] == torch.bfloat16 and result["dtypes"] == {torch.bfloat16}
+    assert result["adam"] == {"fused": {True}, "steps": {("cuda:0", 7.0)}}  # fused AdamW, step counts on the GPU
     assert all(math.isfinite(x) for x in result["sft"])
     assert result["sft"][-1] < 0.8 * result["sft"][0]  # six SFT steps on one batch fit it
     assert all(math.isfinite(v) for step in result["rl"] for v in step.values())
+
+
+def test_bf16_resume_restores_fused_adam_on_the_gpu(tiny, tmp_path):
+    # on CUDA the actor runs torch's fused AdamW, whose step counts live on the GPU; a resumed run
+    # must bring them back there (a wrong count changes Adam's bias correction, hence the losses)
+    argv = ["--bf16", "--global-batch-size", "4", "--micro-batch-size", "2", "--lr", "1e-3",
+            "--lr-decay-style", "constant", "--attention-dropout", "0", "--hidden-dropout", "0"]
+    save = str(tmp_path / "save")
+    whole = run_workers(resume_worker, 1, model_dir=str(tiny.model_dir), argv=argv, stop=4)[0]
+    run_workers(resume_worker, 1, model_dir=str(tiny.model_dir), argv=argv + ["--save", save], stop=2)
+    resumed = run_workers(resume_worker, 1, model_dir=str(tiny.model_dir), argv=argv + ["--save", save, "--load", save],
+                          stop=4)[0]
+    assert resumed["start"] == 2
+    assert resumed["adam"] == {"fused": {True}, "steps": {("cuda:0", 4.0)}}  # 2 rollouts x 2 steps
+    for rollout in (2, 3):
+        for a, b in zip(resumed["losses"][rollout], whole["losses"][rollout]):
+            assert abs(a - b) <= 5e-3 * abs(b), (rollout, a, b)

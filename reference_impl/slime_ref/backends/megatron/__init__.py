@@ -7,6 +7,7 @@
 - :mod:`.logprobs`: vocab-parallel log-probs and entropy of the response tokens of packed sequences.
 - :mod:`.data`: the data-parallel split and micro-batch schedule of one rollout's train data.
 - :mod:`.checkpoint`: atomic ``--save``/``--load`` through megatron's dist_checkpointing.
+- :mod:`.optimizer_kernels`: multi-tensor and fused-Adam kernels for megatron's optimizer without TE/apex.
 - :mod:`.actor`: ``MegatronActor``: log-probs, ``train(rollout_id, batch)``, save, weight export.
 - :mod:`.arguments`: Megatron's flags (names and slime's defaults).
 """

@@ -30,9 +30,10 @@ import torch.distributed as dist
 from megatron.core import parallel_state as ps
 
 from slime_ref.backends.megatron import checkpoint as ckpt
-from slime_ref.backends.megatron import initialize, losses
+from slime_ref.backends.megatron import initialize, losses, optimizer_kernels
 from slime_ref.backends.megatron.arguments import validate_megatron_args
 from slime_ref.backends.megatron.data import PackedMicroBatch, StepSchedule, pack_micro_batch, schedule_rollout
+from slime_ref.backends.megatron.layers import to_device
 from slime_ref.backends.megatron.logprobs import response_log_probs
 from slime_ref.backends.megatron.model import build_model, read_hf_architecture, transformer_config
 from slime_ref.backends.megatron.weights import iter_hf_weight_buckets, load_hf_weights, save_hf_checkpoint, unwrap
@@ -122,6 +123,9 @@ class MegatronActor:
             with_ref = args.use_kl_loss or args.kl_coef != 0
         self.data_state: dict | None = None
         self.start_rollout_id = self._load_initial_weights(with_ref)
+        if torch.cuda.is_available():
+            # after loading: a checkpoint's param groups bring the fused flag they were saved with
+            optimizer_kernels.use_fused_adam(self.optimizer)
 
     # -----------------------------------------------------------------------------------------
     # construction
@@ -150,6 +154,7 @@ class MegatronActor:
             clip_grad=a.clip_grad, bf16=a.bf16, fp16=False, params_dtype=self.config.params_dtype,
             use_distributed_optimizer=self.use_distributed_optimizer,
         )
+        optimizer_kernels.install()  # multi-tensor kernels instead of megatron's per-parameter loops
         # megatron's extra gloo groups serve only the dp_zero checkpoint format, which we do not write
         return get_megatron_optimizer(config, [self.model], use_gloo_process_groups=False)
 
@@ -348,7 +353,7 @@ class MegatronActor:
         masks = batch.get("loss_masks") or [[1] * r for r in rollout["response_lengths"]]
         # each sample's weight in a per-token mean, counted on the host (no device syncs)
         rollout["loss_token_counts"] = [max(int(sum(m)), 1) for m in masks]
-        rollout["loss_masks"] = [torch.as_tensor(m, dtype=torch.float32, device=self.device) for m in masks]
+        rollout["loss_masks"] = self._per_sample_on_device(masks)
         for i in range(n):
             if rollout["loss_masks"][i].numel() != rollout["response_lengths"][i]:
                 raise UserError(f"sample {i}: loss mask has {rollout['loss_masks'][i].numel()} entries for "
@@ -356,10 +361,15 @@ class MegatronActor:
             if rollout["response_lengths"][i] >= rollout["tokens"][i].numel():
                 raise UserError(f"sample {i}: the response must leave at least one prompt token")
         if batch.get("rollout_log_probs") is not None:
-            rollout["rollout_log_probs"] = [
-                torch.as_tensor(lp, dtype=torch.float32, device=self.device) for lp in batch["rollout_log_probs"]
-            ]
+            rollout["rollout_log_probs"] = self._per_sample_on_device(batch["rollout_log_probs"])
         return rollout
+
+    def _per_sample_on_device(self, values: list) -> list[torch.Tensor]:
+        """Per-sample fp32 tensors on this rank's device, moved in one copy (views of one buffer)."""
+        host = [torch.as_tensor(v, dtype=torch.float32) for v in values]
+        if not host:
+            return []
+        return list(to_device(torch.cat(host), self.device).split([t.numel() for t in host]))
 
     def _schedule(self, rollout: dict) -> list[StepSchedule]:
         a = self.args
@@ -441,12 +451,15 @@ class MegatronActor:
         self.config.finalize_model_grads_func = finalize_model_grads
         mbs = [pack_micro_batch(rollout, m, self.device, _LOSS_KEYS) for m in step.micro_batches]
         results = self._run_schedule(mbs, loss_fn, forward_only=False)
+        # read the metrics before the optimizer runs: the read waits for the backward only (the
+        # optimizer's gradient-norm read waits there anyway), and the optimizer's kernels then
+        # overlap whatever the host does next instead of being waited for
+        metrics = self._reduce_metrics(results)
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses
         update_ok, grad_norm, _ = self.optimizer.step()
         if not update_ok:
             raise RuntimeError("optimizer step failed (non-finite gradients)")
         self.scheduler.step(increment=step.num_samples)
-        metrics = self._reduce_metrics(results)
         metrics["train/grad_norm"] = float(grad_norm)
         metrics["train/lr"] = lr
         return metrics

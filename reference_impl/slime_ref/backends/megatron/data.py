@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from slime_ref.backends.megatron.layers import PackedSequence
+from slime_ref.backends.megatron.layers import PackedSequence, to_device
 from slime_ref.errors import UserError
 
 
@@ -177,7 +177,7 @@ def pack_micro_batch(rollout: dict, indices: list[int], device, keys: tuple[str,
     lengths = [int(s.numel()) for s in seqs]
     return PackedMicroBatch(
         sample_indices=list(indices),
-        tokens=torch.cat(seqs).to(device)[None],
+        tokens=to_device(torch.cat(seqs), device)[None],
         packed=PackedSequence.from_lengths(lengths, device),
         total_lengths=lengths,
         response_lengths=[int(rollout["response_lengths"][i]) for i in indices],

@@ -53,6 +53,19 @@ def cuda_compiled(fn):
     return wrapper
 
 
+def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
+    """``tensor`` (on the host) copied to ``device`` without making the host wait for the device.
+
+    A plain ``.to("cuda")`` from pageable memory synchronises the stream, so the host stalls
+    until every queued kernel has run. Staging through pinned memory lets the copy queue behind
+    them instead (torch keeps the pinned block alive until the copy is done).
+    """
+    device = torch.device(device)
+    if device.type != "cuda" or tensor.device.type != "cpu" or not torch.cuda.is_available():
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # RMSNorm
 
@@ -142,8 +155,8 @@ class PackedSequence(PackedSeqParams):
         cu = [0]
         for n in lengths:
             cu.append(cu[-1] + n)
-        cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
-        positions = torch.cat([torch.arange(n, dtype=torch.long) for n in lengths]).to(device)
+        cu_t = to_device(torch.tensor(cu, dtype=torch.int32), device)
+        positions = to_device(torch.cat([torch.arange(n, dtype=torch.long) for n in lengths]), device)
         max_len = max(lengths)
         return cls(
             qkv_format="thd",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from slime_ref.backends.megatron.layers import cuda_compiled
+from slime_ref.backends.megatron.layers import cuda_compiled, to_device
 
 # rows per chunk: rows * local_vocab * 4 bytes of fp32 scratch stays near this
 _CHUNK_BYTES = 512 * 1024**2
@@ -36,7 +36,7 @@ def response_rows(total_lengths: list[int], response_lengths: list[int], device=
         rows.append(torch.arange(end - response - 1, end - 1))
         offset = end
     out = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
-    return out.to(device) if device is not None else out
+    return to_device(out, device) if device is not None else out
 
 
 @cuda_compiled
@@ -98,6 +98,9 @@ class _VocabParallelLogProbEntropy(torch.autograd.Function):
         entropy = lse - sum_px
         ctx.save_for_backward(logits, rows, local_target, on_rank, lse, sum_px)
         ctx.args = (valid_cols, temperature, chunk_rows)
+        # an output the loss does not use gets None, not zeros: the backward skips its term
+        # without looking at the values (which would wait for the device)
+        ctx.set_materialize_grads(False)
         return log_prob, entropy
 
     @staticmethod
@@ -105,9 +108,11 @@ class _VocabParallelLogProbEntropy(torch.autograd.Function):
         logits, rows, local_target, on_rank, lse, sum_px = ctx.saved_tensors
         valid_cols, temperature, chunk_rows = ctx.args
         grad = torch.zeros_like(logits)
-        use_entropy = grad_entropy is not None and bool(grad_entropy.ne(0).any())
+        use_entropy = grad_entropy is not None
+        if grad_log_prob is None:
+            grad_log_prob = torch.zeros_like(lse)
         if grad_entropy is None:
-            grad_entropy = torch.zeros_like(grad_log_prob)
+            grad_entropy = grad_log_prob  # not read
         n = rows.numel()
         for start in range(0, n, chunk_rows):
             sl = slice(start, min(start + chunk_rows, n))
