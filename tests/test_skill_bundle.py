@@ -6,7 +6,6 @@ Hermes itself is exercised in test_skill_hermes.py; this file needs only the rep
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 import re
@@ -20,14 +19,6 @@ from slime_check.skill_install import SKILL_NAME
 
 # Commands the skill shows that other parts of the product bring (issues 6 and 7). Until they are on
 # this branch their tests skip; once they exist they are checked like every other command.
-PENDING_COMMANDS = {
-    "slime-check prereqs": ("issue 7", {"--json", "--only", "--gpus", "--fixture"}),
-    "slime-check capture": ("issue 7", set()),
-    "slime-check config": ("issue 7", {"--slime-dir"}),
-    "slime-check quickstart": ("issue 6", {"--force"}),
-    "slime-ref train": ("issue 6", set()),
-    "slime-ref plot": ("issue 6", set()),
-}
 # Flags that do not exist in slime v0.3.1 and that troubleshooting.md names as such.
 STALE_FLAGS = {
     "--async-buffer-size", "--max-turns", "--num-data-workers", "--streaming-data", "--tis-threshold",
@@ -129,8 +120,6 @@ def test_no_dead_relative_link_in_the_repository(rel):
 
 @functools.cache
 def slime_flags() -> frozenset[str]:
-    if importlib.util.find_spec("slime_check.registry") is None:
-        pytest.skip("slime_check.registry, the slime v0.3.1 flag registry (issue 7), is not on this branch yet")
     from slime_check.registry import load_registry
 
     return frozenset(load_registry().names())
@@ -182,8 +171,6 @@ def our_program_flags() -> set[str]:
         text = help_text(command)
         if text is not None:
             flags |= set(re.findall(r"--[a-z][a-z0-9-]*", text))
-        elif command in PENDING_COMMANDS:
-            flags |= PENDING_COMMANDS[command][1]
     return flags
 
 
@@ -191,8 +178,6 @@ def our_program_flags() -> set[str]:
 def test_every_command_shown_runs(command):
     text = help_text(command)
     if text is None:
-        if command in PENDING_COMMANDS:
-            pytest.skip(f"`{command}` comes with {PENDING_COMMANDS[command][0]}; not on this branch yet")
         pytest.fail(f"the skill shows `{command}`, which does not exist")
     assert "usage:" in text.lower()
     shown = {flag for use in COMMAND_USES if use.command == command for flag in use.flags}
@@ -201,9 +186,6 @@ def test_every_command_shown_runs(command):
 
 
 def test_prereqs_json_runs_here_and_covers_the_checklist_ids():
-    if help_text("slime-check prereqs") is None:
-        pytest.skip("`slime-check prereqs` comes with issue 7; not on this branch yet")
-
     result = subprocess.run(["slime-check", "prereqs", "--json"], capture_output=True, text=True, timeout=120)
     assert result.returncode in (0, 1), result.stderr
     reported = {finding["id"] for finding in json.loads(result.stdout)["findings"]}
@@ -257,8 +239,6 @@ def test_launch_scripts_are_valid_bash_without_kill_by_name(script):
 
 @pytest.mark.parametrize("script", LAUNCH_SCRIPTS)
 def test_launch_scripts_pass_slime_check_config(script, tiny, tmp_path):
-    if help_text("slime-check config") is None:
-        pytest.skip("`slime-check config` comes with issue 7; not on this branch yet")
     # the examples default to ./slime-tiny: the linter then compares MODEL_ARGS and data keys for real
     (tmp_path / "slime-tiny").symlink_to(tiny.model_dir.parent, target_is_directory=True)
     env = {key: value for key, value in os.environ.items() if key not in ("TINY", "OUT")}

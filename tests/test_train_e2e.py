@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -168,27 +170,38 @@ def test_joins_a_separately_started_ray_head(tiny, tmp_path):
     from slime_ref.rollout.servers import free_port
 
     port = free_port()
+    # a short path: Ray's socket paths under it must fit the 107-byte Unix limit
+    ray_dir = tempfile.mkdtemp(prefix="ray-join-", dir="/tmp")
     ray_bin = str(Path(sys.executable).with_name("ray"))
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen(
         [ray_bin, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port),
-         "--num-cpus", "6", "--include-dashboard", "false", "--temp-dir", str(tmp_path / "ray")],
+         "--num-cpus", "6", "--include-dashboard", "false", "--temp-dir", ray_dir],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True,
     )
     try:
         out = tmp_path / "joined"
         flags = grpo_flags(tiny, out, "--num-rollout", "1", "--actor-num-gpus-per-node", "1", "--colocate")
         address = f"127.0.0.1:{port}"
+        # `ray start --head` turns on token authentication; the CLI then needs RAY_AUTH_MODE=token
+        client_env = {**env, "RAY_AUTH_MODE": "token"}
+
+        def head_answers() -> bool:
+            probe = subprocess.run([ray_bin, "status", "--address", address], capture_output=True, timeout=60,
+                                   env=client_env)
+            return probe.returncode == 0
+
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:  # until the head answers
-            probe = subprocess.run([ray_bin, "status", "--address", address], capture_output=True, timeout=60)
-            if probe.returncode == 0:
-                break
+        while not head_answers():
+            assert time.monotonic() < deadline, "the Ray head did not come up"
             time.sleep(2)
         result = subprocess.run(["slime-ref", "train", *flags], capture_output=True, text=True, timeout=400,
                                 env={**os.environ, "RAY_ADDRESS": address})
         assert_ok(result)
         assert len([r for r in metrics(out) if "train/pg_loss" in r]) == 1
+        # a joined cluster belongs to the user: the run leaves it running
+        assert head.poll() is None
+        assert head_answers()
     finally:  # the head and the Ray processes it started share its process group: stop them by group
         os.killpg(head.pid, signal.SIGTERM)
         try:
@@ -196,3 +209,4 @@ def test_joins_a_separately_started_ray_head(tiny, tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=30)
+        shutil.rmtree(ray_dir, ignore_errors=True)
