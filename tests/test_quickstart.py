@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,10 +39,18 @@ def _wait_none_left(marker: str, timeout: float = 60) -> list[psutil.Process]:
     return left
 
 
+@pytest.fixture
+def short_tmp():
+    path = Path(tempfile.mkdtemp(prefix="qs-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.slow
-def test_quickstart_raises_the_eval_reward_and_cleans_up(tmp_path):
-    out = tmp_path / "qs"
-    cwd = tmp_path / "cwd"
+def test_quickstart_raises_the_eval_reward_and_cleans_up(short_tmp):
+    # a short --out, as a user's usually is: Ray's socket paths under OUT/ray must fit 107 bytes
+    out = short_tmp / "qs"
+    cwd = short_tmp / "cwd"
     cwd.mkdir()
     result = subprocess.run(["slime-check", "quickstart", "--out", str(out), "--seed", "0"], cwd=cwd,
                             capture_output=True, text=True, timeout=900, env={**os.environ, "COLUMNS": "160"})
