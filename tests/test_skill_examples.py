@@ -123,7 +123,7 @@ def test_fill_sample_writes_slimes_fields(arith_task):
         sample = mt.fill_sample(types.Sample(prompt="1+1=", metadata={"k": "v"}), [1, 2], episode)
         assert sample.tokens == [1, 2, 5, 90, 7] and sample.response_length == 3 and sample.response == "a<fb>b"
         assert sample.loss_mask == [1, 0, 1] and sample.rollout_log_probs == [-0.5, 0.0, -0.25]
-        assert sample.metadata == {"k": "v", "feedback_turns": 1}
+        assert sample.metadata == {"k": "v", "feedback_turns": 1, "round_number": 2}
         assert sample.status == getattr(types.Sample.Status, status)
 
 
