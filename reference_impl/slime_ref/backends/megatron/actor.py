@@ -404,8 +404,8 @@ class MegatronActor:
         The metrics are slime's ``train/*`` names, reduced over all ranks; every rank returns them.
         The last step's also carry slime's timers of this rank (host wall seconds): ``perf/
         data_preprocess_time``, ``perf/ref_log_probs_time`` and ``perf/log_probs_time`` (when those
-        passes run) and ``perf/actor_train_time`` (the optimizer steps, which end by reading their
-        metrics, so device work is included).
+        passes run), ``perf/actor_train_time`` (the optimizer steps, which end by reading their
+        metrics, so device work is included) and ``perf/actor_train_tok_per_s`` (this rank's tokens).
         """
         a = self.args
         start = time.perf_counter()
@@ -422,6 +422,8 @@ class MegatronActor:
             step_metrics["train/step"] = rollout_id * len(schedule) + step_id
             metrics.append(step_metrics)
         timers["perf/actor_train_time"] = time.perf_counter() - start
+        trained = sum(int(rollout["tokens"][i].numel()) for step in schedule for mb in step.micro_batches for i in mb)
+        timers["perf/actor_train_tok_per_s"] = trained / max(timers["perf/actor_train_time"], 1e-9)
         metrics[-1].update(timers)
         return metrics
 

@@ -145,8 +145,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class PackedSequence(PackedSeqParams):
     """Megatron's THD packing parameters plus each token's position inside its own sequence.
 
-    ``position_ids``: [T] int64 on the model's device. ``rope_cache`` holds cos/sin for this batch,
-    filled by the first attention layer and reused by the others.
+    ``position_ids``: [T] int64 on the model's device. ``rope_cache`` holds what every attention layer
+    needs for this batch (cos/sin, the padding index), filled by the first and reused by the others.
     """
 
     position_ids: torch.Tensor | None = None
