@@ -158,7 +158,7 @@ async def generate_ignore_eos(args, sample, sampling_params):
     return await sglang_rollout.generate(args, sample, {**sampling_params, "ignore_eos": True})
 
 
-def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int) -> list[str]:
+def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_graph: bool = True) -> list[str]:
     from slime_ref.rollout.servers import SGLANG_CUDA_GRAPH_FLAGS, SGLANG_OFFLINE_GPU_FLAGS
 
     r = GPU_RECIPE
@@ -175,18 +175,18 @@ def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int) -> list[s
         "--clip-grad", "1.0", "--bf16", "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
         "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(r["max_tokens_per_gpu"]),
         "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", "--colocate",
-        "--rollout-engine", "sglang", *SGLANG_OFFLINE_GPU_FLAGS, *SGLANG_CUDA_GRAPH_FLAGS[True],
+        "--rollout-engine", "sglang", *SGLANG_OFFLINE_GPU_FLAGS, *SGLANG_CUDA_GRAPH_FLAGS[cuda_graph],
         # decode graphs for every batch size up to all 512 requests at once (the default stops at 256)
-        "--sglang-cuda-graph-max-bs-decode", str(r["prompts"] * r["samples_per_prompt"]),
+        *(["--sglang-cuda-graph-max-bs-decode", str(r["prompts"] * r["samples_per_prompt"])] if cuda_graph else []),
         "--output-dir", str(out),
     ]
 
 
-def gpu_worker(kind: str, workdir: Path, steps: int) -> dict:
+def gpu_worker(kind: str, workdir: Path, steps: int, cuda_graph: bool = True) -> dict:
     r = GPU_RECIPE
     model, prompts = workdir / "model", workdir / "prompts.jsonl"
     if kind == "ours":
-        run = h.run_ours(gpu_flags(model, prompts, workdir / "ours", steps), memory=True, gpu=True)
+        run = h.run_ours(gpu_flags(model, prompts, workdir / "ours", steps, cuda_graph), memory=True, gpu=True)
         result = step_summary(run, r["prompts"] * r["samples_per_prompt"])
         result.update(setup_s=round(run["setup_s"], 1), wall_s=round(run["wall_s"], 1), memory=run["memory"],
                       response_length=[m["rollout/response_length"] for m in run["metrics"]])
@@ -205,14 +205,14 @@ def gpu_worker(kind: str, workdir: Path, steps: int) -> dict:
             "response_length": run["response_length"], "memory": run["memory"]}
 
 
-def spawn(kind: str, workdir: Path, steps: int, timeout_s: float) -> dict:
+def spawn(kind: str, workdir: Path, steps: int, timeout_s: float, extra: list[str]) -> dict:
     """One trainer in its own process (a clean GPU for each); its JSON result."""
     result_path = workdir / f"{kind}.result.json"
     log = workdir / f"{kind}.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])}
     with open(log, "wb") as f:
         proc = subprocess.run([sys.executable, __file__, "--worker", kind, "--workdir", str(workdir),
-                               "--num-rollout", str(steps)], stdout=f, stderr=subprocess.STDOUT, env=env,
+                               "--num-rollout", str(steps), *extra], stdout=f, stderr=subprocess.STDOUT, env=env,
                               timeout=timeout_s)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
@@ -220,7 +220,7 @@ def spawn(kind: str, workdir: Path, steps: int, timeout_s: float) -> dict:
     return json.loads(result_path.read_text())
 
 
-def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_run: bool) -> dict:
+def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_run: bool, cuda_graph: bool) -> dict:
     import torch
 
     from slime_ref.arguments import parse_args
@@ -229,10 +229,10 @@ def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_
     tiny = make_tiny(workdir / "tiny", seed=0)
     model = build_model(workdir / "model", tiny.model_dir, small=dry_run)
     gpu_prompts(workdir, GPU_RECIPE["prompts"])
-    args = parse_args(gpu_flags(model, workdir / "prompts.jsonl", workdir / "ours", steps))
+    args = parse_args(gpu_flags(model, workdir / "prompts.jsonl", workdir / "ours", steps, cuda_graph))
     result = {"recipe": {**GPU_RECIPE, "model": "Qwen3-0.6B shapes, random bf16 weights" if not dry_run
                          else "dry run: 2 layers, hidden 64, Qwen3-0.6B's vocabulary",
-                         "steps": steps, "trl_steps": trl_steps},
+                         "steps": steps, "trl_steps": trl_steps, "sglang_decode_cuda_graphs": cuda_graph},
               "reference": TRL_GPU_REFERENCE}
     if dry_run:
         from slime_ref.utils.hooks import load_function
@@ -245,7 +245,8 @@ def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_
         raise SystemExit("--gpu needs a CUDA device (or --dry-run)")
     result["gpu"] = torch.cuda.get_device_name()
     for kind in trainers:
-        result[kind] = spawn(kind, workdir, steps if kind == "ours" else trl_steps, timeout_s=3600)
+        result[kind] = spawn(kind, workdir, steps if kind == "ours" else trl_steps, timeout_s=3600,
+                             extra=[] if cuda_graph else ["--no-cuda-graph"])
     ours, trl = result.get("ours", {}), result.get("trl", {})
     if "median_step_s" in ours and "median_step_s" in trl:
         ratio = ours["median_step_s"] / trl["median_step_s"]
@@ -261,12 +262,13 @@ def main() -> None:
     p.add_argument("--num-rollout", type=int, default=None, help="GRPO steps (CPU default 20, GPU default 4)")
     p.add_argument("--trl-steps", type=int, default=3, help="--gpu: TRL's steps (the first is left out)")
     p.add_argument("--trainers", default="ours,trl", help="--gpu: comma-separated, of ours and trl")
+    p.add_argument("--no-cuda-graph", action="store_true", help="--gpu: SGLang without CUDA graphs (faster start)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, default=None, help="where the run writes (default: a temp dir)")
     p.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
-        result = gpu_worker(a.worker, a.workdir, a.num_rollout)
+        result = gpu_worker(a.worker, a.workdir, a.num_rollout, cuda_graph=not a.no_cuda_graph)
         (a.workdir / f"{a.worker}.result.json").write_text(json.dumps(result))
         return
 
@@ -277,7 +279,7 @@ def main() -> None:
     if a.gpu:
         trainers = [t.strip() for t in a.trainers.split(",") if t.strip()]
         out = {"bench": "grpo_step", "mode": "gpu",
-               **run_gpu(workdir, a.num_rollout or 4, a.trl_steps, trainers, a.dry_run)}
+               **run_gpu(workdir, a.num_rollout or 4, a.trl_steps, trainers, a.dry_run, not a.no_cuda_graph)}
     else:
         out = {"bench": "grpo_step", "mode": "cpu", **run_cpu(workdir, a.num_rollout or 20, a.seed)}
     import torch
