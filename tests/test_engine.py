@@ -73,6 +73,10 @@ def test_forward_over_kv_slots_matches_transformers(tiny, tmp_path, arch):
         "llama": lambda: _save_random(LlamaForCausalLM, LlamaConfig(**shape), tmp_path / "llama"),
     }[arch]()
     runner = ModelRunner(path, max_running_requests=4)
+    # The pool is allocated uninitialised: whatever it holds (here NaN) must never reach the output,
+    # also at the positions a shorter sequence masks while a longer one in its batch reads them.
+    for pool in (*runner.k_pool, *runner.v_pool):
+        pool.fill_(float("nan"))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     seqs = [[1, 5, 7, 9, 11, 3, 2], [4, 4, 4], [10, 20, 30, 40, 50, 60, 70, 80, 90]]
     # Requests in different slots, fed in uneven chunks: prefill, then two tokens, then the rest.
@@ -166,6 +170,26 @@ def test_seeded_sampling_does_not_depend_on_the_batch(engine):
     alone, in_crowd, other = run(go, engine.url)
     assert alone.output_ids == in_crowd.output_ids
     assert alone.output_ids != other.output_ids
+
+
+def test_identical_prompts_of_a_batch_share_their_prefill(engine, hf):
+    """A group's n samples (one batched request) are prefilled once; each copy still samples on its
+    own and gets exactly what it would have got alone."""
+    seeds = [7, 8, 9]
+
+    async def go(c):
+        params = [{"temperature": 1.0, "max_new_tokens": 10, "ignore_eos": True, "sampling_seed": s} for s in seeds]
+        batch = await c.generate_batch([PROMPT] * 3 + [PROMPT[:4]], params + [params[0]])
+        alone = [await c.generate(PROMPT, p) for p in params]
+        return batch, alone
+
+    batch, alone = run(go, engine.url)
+    for b, a in zip(batch, alone):
+        assert b.output_ids == a.output_ids
+        assert max(abs(x - y) for x, y in zip(b.output_log_probs, a.output_log_probs)) < 1e-5
+        assert max(abs(x - y) for x, y in zip(b.output_log_probs, reference_logprobs(hf, PROMPT, b.output_ids))) < 1e-5
+    assert len({tuple(b.output_ids) for b in batch[:3]}) == 3  # three draws, not one copied
+    assert sorted(b.meta_info["cached_tokens"] for b in batch) == [0, 0, len(PROMPT), len(PROMPT)]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -11,7 +11,12 @@ import torch
 from slime_ref.backends.megatron import checkpoint as ckpt
 from slime_ref.backends.megatron.arguments import add_megatron_arguments, validate_megatron_args
 from slime_ref.backends.megatron.data import balanced_partition, first_fit_pack, schedule_rollout
-from slime_ref.backends.megatron.layers import RopeConfig
+from slime_ref.backends.megatron.layers import (
+    PackedSequence,
+    RopeConfig,
+    attention_padded,
+    attention_per_sequence,
+)
 from slime_ref.backends.megatron.logprobs import _VocabParallelLogProbEntropy, response_rows
 from slime_ref.backends.megatron.model import padded_vocab_size, read_hf_architecture
 from slime_ref.backends.megatron.weights import qkv_to_hf, qkv_to_megatron, shard, to_hf, to_megatron, unshard
@@ -63,6 +68,28 @@ def test_bf16_logits_give_fp32_log_probs_and_bf16_grads():
 def test_response_rows_score_each_response_token_from_the_previous_position():
     # sample 0: 5 tokens, 2 response (positions 3, 4); sample 1: 4 tokens, 3 response (positions 6, 7, 8)
     assert response_rows([5, 4], [2, 3]).tolist() == [2, 3, 5, 6, 7]
+
+
+@pytest.mark.parametrize("scale", [None, 0.3])
+def test_padded_attention_equals_one_call_per_sequence(scale):
+    lengths = [6, 9, 7, 9, 3]
+    packed = PackedSequence.from_lengths(lengths, "cpu")
+    torch.manual_seed(0)
+    q = torch.randn(sum(lengths), 4, 8, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(sum(lengths), 2, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    index = packed.padded_index()
+    assert index is not None and index[2:] == (5, 9) and packed.padded_index() is index  # computed once
+    padded = attention_padded(q, k, v, *index, 0.0, scale)
+    looped = attention_per_sequence(q, k, v, packed.cu_seqlens_cpu, 0.0, scale)
+    torch.testing.assert_close(padded, looped, rtol=0, atol=1e-12)
+    w = torch.randn_like(padded)
+    for a, b in zip(torch.autograd.grad((padded * w).sum(), (q, k, v)), torch.autograd.grad((looped * w).sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_padding_is_skipped_when_it_would_cost_more_than_twice_the_exact_attention():
+    assert PackedSequence.from_lengths([300, 5, 5], "cpu").padded_index() is None
+    assert PackedSequence.from_lengths([16, 14, 12], "cpu").padded_index() is not None
 
 
 # ---------------------------------------------------------------------------------------------

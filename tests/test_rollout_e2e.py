@@ -229,6 +229,13 @@ def test_flag_passthrough_follows_slime_names(tiny, tmp_path):
                                                                              "--sglang-context-length", "64"])
     command = builtin._engine_command(0, 30001)
     assert "--attention-backend" not in command and command[-2:] == ["--context-length", "64"]
+    # --rollout-num-threads reaches the built-in engine (colocated runs give it every core)
+    threaded = RolloutServers(tiny.model_dir, log_dir=tmp_path, num_threads=7)
+    command = threaded._engine_command(0, 30001)
+    assert command[command.index("--num-threads") + 1] == "7"
+    assert threaded.env["OMP_WAIT_POLICY"] == "PASSIVE"  # unless the user chose one
+    assert RolloutServers(tiny.model_dir, log_dir=tmp_path, env={"OMP_WAIT_POLICY": "ACTIVE"}).env[
+        "OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_server_process_dies_with_the_process_that_started_it(tmp_path):

@@ -62,6 +62,7 @@ def test_disaggregated_tp2_trainer_two_engines_distributed_sync(tiny, tmp_path):
         assert r["perf/weight_check_max_abs_diff"] <= 1e-5
         assert r["perf/update_weights_bytes"] > 0
         assert 0.0 <= r["rollout/raw_reward"] <= 1.0
+        assert 0.0 < r["perf/actor_train_time"] < r["perf/train_time"]  # slime's timers of the train phase
     evals = [r for r in records if "eval/arith" in r]
     assert [r["rollout_id"] for r in evals] == [0, 2]  # before training and at the end
     assert "eval/arith-pass@2" in evals[-1]

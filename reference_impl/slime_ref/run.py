@@ -144,7 +144,9 @@ class Run:
         steps = self.actor.train(rollout_id, data_ref)
         elapsed = time.perf_counter() - start
         self.phase_seconds["train"] += elapsed
-        metrics = {k: sum(s[k] for s in steps) / len(steps) for k in steps[-1] if k != "train/step"}
+        # train/* averaged over the optimizer steps; perf/* timers come with the last step only
+        names = {k for s in steps for k in s if k != "train/step"}
+        metrics = {k: sum(s[k] for s in steps if k in s) / sum(k in s for s in steps) for k in sorted(names)}
         metrics["perf/train_time"] = elapsed
         return metrics
 

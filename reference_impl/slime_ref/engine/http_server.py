@@ -200,11 +200,11 @@ class EngineServer:
             value = body.get(name, default)
             return value[i] if batched and isinstance(value, list) and name != "input_ids" else value
 
-        outs = await asyncio.gather(*[
-            self._generate_one(ids, pick("sampling_params", i), bool(pick("return_logprob", i, False)),
-                               pick("logprob_start_len", i), pick("rid", i))
-            for i, ids in enumerate(items)
-        ])
+        requests = [self._request(ids, pick("sampling_params", i), bool(pick("return_logprob", i, False)),
+                                  pick("logprob_start_len", i), pick("rid", i))
+                    for i, ids in enumerate(items)]
+        self.scheduler.submit_many([req for req, _ in requests])  # a batch is admitted together
+        outs = await asyncio.gather(*(self._result(req, future) for req, future in requests))
         for out in outs:
             reason = out.get("meta_info", {}).get("finish_reason") or {}
             if reason.get("type") == "abort" and reason.get("status_code") in (500, 503):
@@ -224,6 +224,12 @@ class EngineServer:
         raise RouteError("/generate: either input_ids or text is required")
 
     async def _generate_one(self, input_ids, raw_params, return_logprob, logprob_start_len, rid) -> dict:
+        req, future = self._request(input_ids, raw_params, return_logprob, logprob_start_len, rid)
+        self.scheduler.submit(req)
+        return await self._result(req, future)
+
+    def _request(self, input_ids, raw_params, return_logprob, logprob_start_len, rid) -> tuple[Request, asyncio.Future]:
+        """A checked scheduler request and the future its result lands in (RouteError if invalid)."""
         if not isinstance(input_ids, list) or not input_ids or not all(isinstance(t, int) for t in input_ids):
             raise RouteError("/generate: input_ids must be a non-empty list of token ids")
         bad = [t for t in input_ids if not 0 <= t < self.runner.vocab_size]
@@ -243,7 +249,9 @@ class EngineServer:
             logprob_start_len=-1 if logprob_start_len is None else int(logprob_start_len),
             rng=self.scheduler.new_rng(params.sampling_seed), on_finish=on_finish,
         )
-        self.scheduler.submit(req)
+        return req, future
+
+    async def _result(self, req: Request, future: asyncio.Future) -> dict:
         try:
             result = await future
         except asyncio.CancelledError:  # the client went away: stop generating for it

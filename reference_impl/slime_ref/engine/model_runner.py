@@ -98,9 +98,14 @@ class ModelRunner:
         return 2 * self.num_layers * per_layer * torch.tensor([], dtype=self.dtype).element_size()
 
     def allocate_kv_pool(self) -> None:
+        # Uninitialised: zero-filling the whole pool costs a full pass over it (and commits every page)
+        # each time a colocated engine gets its memory back. A step reads a slot only up to the
+        # longest sequence of its batch, so forward() zeroes what it is about to read and nothing has
+        # written yet; _finite[slot] is how many leading positions of the slot hold finite values.
         shape = (self.max_running_requests, self.context_length, self.num_kv_heads, self.head_dim)
-        self.k_pool = [torch.zeros(shape, dtype=self.dtype) for _ in range(self.num_layers)]
-        self.v_pool = [torch.zeros(shape, dtype=self.dtype) for _ in range(self.num_layers)]
+        self.k_pool = [torch.empty(shape, dtype=self.dtype) for _ in range(self.num_layers)]
+        self.v_pool = [torch.empty(shape, dtype=self.dtype) for _ in range(self.num_layers)]
+        self._finite = [0] * self.max_running_requests
 
     def free_kv_pool(self) -> None:
         self.k_pool, self.v_pool = [], []
@@ -136,6 +141,7 @@ class ModelRunner:
         write_slot, write_pos = slot_index[write_b], positions[write_b, write_t]
         # attend[b, 0, t, k]: key position k is visible to the query at positions[b, t] (causal).
         attend = (torch.arange(kv_len)[None, None, :] <= positions[:, :, None])[:, None]
+        self._zero_unwritten(slots, start_positions, [len(t) for t in new_tokens], kv_len)
 
         inner = self.model.model
         hidden = inner.embed_tokens(tokens)
@@ -157,6 +163,34 @@ class ModelRunner:
             if wanted:
                 chunk_logits[b] = self.model.lm_head(hidden[b, : lengths[b]]).float()
         return StepOutput(last_logits=last_logits, chunk_logits=chunk_logits)
+
+    @torch.inference_mode()
+    def copy_cache(self, copies: list[tuple[int, int, int]]) -> None:
+        """For each ``(src, dst, length)``: slot ``dst`` gets the first ``length`` cached positions of
+        slot ``src`` (a request with the same tokens so far)."""
+        src, dst, pos = [], [], []
+        for s, d, length in copies:
+            src.extend([s] * length)
+            dst.extend([d] * length)
+            pos.extend(range(length))
+            self._finite[d] = max(self._finite[d], length)
+        source, target = (torch.tensor(src), torch.tensor(pos)), (torch.tensor(dst), torch.tensor(pos))
+        for pool in (*self.k_pool, *self.v_pool):
+            pool[target] = pool[source]
+
+    def _zero_unwritten(self, slots: list[int], starts: list[int], lengths: list[int], kv_len: int) -> None:
+        """Zero the positions this step reads (< kv_len) that neither hold values yet nor get written
+        now: masked keys must still be finite, or 0 * NaN spoils the attention output."""
+        zero_slot, zero_pos = [], []
+        for slot, start, length in zip(slots, starts, lengths):
+            first = max(start + length, self._finite[slot])
+            zero_slot.extend([slot] * (kv_len - first))
+            zero_pos.extend(range(first, kv_len))
+            self._finite[slot] = max(self._finite[slot], kv_len)
+        if zero_slot:
+            index = (torch.tensor(zero_slot), torch.tensor(zero_pos))
+            for pool in (*self.k_pool, *self.v_pool):
+                pool[index] = 0
 
     def _attention(self, attn, layer_idx, hidden, cos, sin, slot_index, write_b, write_t, write_slot, write_pos,
                    attend, kv_len):

@@ -52,6 +52,7 @@ class Request:
     num_cached: int = 0  # tokens of input_ids + output_ids whose keys/values are in the slot
     finished_reason: dict[str, Any] | None = None
     num_retractions: int = 0
+    cached_tokens: int = 0  # prompt tokens whose keys/values were copied from an identical request
 
     @property
     def all_ids(self) -> list[int]:
@@ -113,7 +114,11 @@ class Scheduler:
         return random.Random(f"{self.random_seed}:{self._request_counter}")
 
     def submit(self, req: Request) -> None:
-        self._inbox.put(("add", req))
+        self._inbox.put(("add", [req]))
+
+    def submit_many(self, reqs: list[Request]) -> None:
+        """Requests that arrived together (one batched /generate): admitted together."""
+        self._inbox.put(("add", list(reqs)))
 
     def abort(self, rid: str = "", abort_all: bool = False) -> None:
         self._inbox.put(("abort", (rid, abort_all)))
@@ -160,7 +165,8 @@ class Scheduler:
         while True:
             kind, payload = item
             if kind == "add":
-                self._add(payload)
+                for req in payload:
+                    self._add(req)
             elif kind == "abort":
                 self._abort(*payload)
             elif kind == "control":
@@ -216,24 +222,44 @@ class Scheduler:
     def _step(self, batch: list[Request]) -> None:
         if not batch:
             return
-        new_tokens = [req.all_ids[req.num_cached:] for req in batch]
         # Prompt log-probs are computed on a request's first prefill only.
         want_prompt = [r.return_logprob and r.logprob_start_len >= 0 and not r.output_ids and r.num_cached == 0
                        for r in batch]
-        out = self.runner.forward([r.slot for r in batch], new_tokens, [r.num_cached for r in batch], want_prompt)
+        # Identical prefills (the n samples of a group) are computed once: a copy takes the first one's
+        # keys/values and next-token logits, and then samples on its own.
+        computed, copies, first = [], [], {}
         for b, req in enumerate(batch):
+            if req.num_cached == 0 and not want_prompt[b]:
+                key = tuple(req.all_ids)
+                if key in first:
+                    copies.append((first[key], b))
+                    continue
+                first[key] = b
+            computed.append(b)
+        new_tokens = [batch[b].all_ids[batch[b].num_cached:] for b in computed]
+        out = self.runner.forward([batch[b].slot for b in computed], new_tokens,
+                                  [batch[b].num_cached for b in computed], [want_prompt[b] for b in computed])
+        row = {}
+        for i, b in enumerate(computed):
+            req = batch[b]
             if want_prompt[b]:
-                req.input_logprobs = _prompt_logprobs(req.input_ids, out.chunk_logits[b], req.logprob_start_len)
-            req.num_cached += len(new_tokens[b])
-        scoring_only = [r for r in batch if r.max_new_tokens == 0]
-        for req in scoring_only:  # max_new_tokens=0: prompt scoring, nothing to sample
-            self._finish(req, {"type": "length", "length": 0})
-        if scoring_only:
-            keep = [b for b, r in enumerate(batch) if r.max_new_tokens > 0]
-            batch, out.last_logits = [batch[b] for b in keep], out.last_logits[keep]
-            if not batch:
-                return
-        tokens, logprobs = sample(out.last_logits, [r.params for r in batch], [r.rng for r in batch])
+                req.input_logprobs = _prompt_logprobs(req.input_ids, out.chunk_logits[i], req.logprob_start_len)
+            req.num_cached += len(new_tokens[i])
+            row[b] = i
+        if copies:
+            self.runner.copy_cache([(batch[src].slot, batch[dst].slot, batch[src].num_cached) for src, dst in copies])
+            for src, dst in copies:
+                batch[dst].num_cached = batch[src].num_cached
+                batch[dst].cached_tokens = min(batch[src].num_cached, len(batch[dst].input_ids))
+                row[dst] = row[src]
+        keep = [b for b, r in enumerate(batch) if r.max_new_tokens > 0]
+        for req in batch:
+            if req.max_new_tokens == 0:  # prompt scoring, nothing to sample
+                self._finish(req, {"type": "length", "length": 0})
+        batch, logits = [batch[b] for b in keep], out.last_logits[[row[b] for b in keep]]
+        if not batch:
+            return
+        tokens, logprobs = sample(logits, [r.params for r in batch], [r.rng for r in batch])
         for req, token, logprob in zip(batch, tokens, logprobs):
             req.output_ids.append(token)
             req.output_logprobs.append(logprob)
@@ -289,7 +315,7 @@ class Scheduler:
             "num_retractions": req.num_retractions,
             "reasoning_tokens": 0,
             "completion_tokens": len(req.output_ids),
-            "cached_tokens": 0,  # no prefix cache in the built-in engine
+            "cached_tokens": req.cached_tokens,  # shared within a prefill batch; no cache across batches
             "cached_tokens_details": None,
             "dp_rank": 0,
             "e2e_latency": now - req.created,

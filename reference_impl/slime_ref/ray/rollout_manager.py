@@ -94,6 +94,7 @@ class RolloutManager:
         self.engines: list = []
         self.engine_urls: list[str] = []
         self.router = None
+        self._clients: dict[str, object] = {}  # one per engine, kept: colocated runs call them every step
         if args.rollout_num_gpus and not args.debug_train_only:
             self._start_engines(placement)
 
@@ -175,18 +176,20 @@ class RolloutManager:
         data = output.data if hasattr(output, "data") else output
         return eval_metrics(self.args, data)
 
+    def _client(self, url: str):
+        from slime_ref.rollout.sglang_client import SGLangClient
+
+        if url not in self._clients:
+            self._clients[url] = SGLangClient(url)
+        return self._clients[url]
+
     def score(self, tokens: list[int], response_length: int) -> list[list[float]]:
         """Every engine's log-probs of the last ``response_length`` tokens of ``tokens`` (temperature 1)."""
-        from slime_ref.rollout.sglang_client import SGLangClient
         from slime_ref.utils.async_loop import run
 
         async def one(url):
-            client = SGLangClient(url)
-            try:
-                out = await client.generate(tokens, {"max_new_tokens": 1, "temperature": 1.0},
-                                            logprob_start_len=len(tokens) - response_length)
-            finally:
-                await client.close()
+            out = await self._client(url).generate(tokens, {"max_new_tokens": 1, "temperature": 1.0},
+                                                   logprob_start_len=len(tokens) - response_length)
             return [float(x) for x in out.input_log_probs[-response_length:]]
 
         async def all_engines():
@@ -207,15 +210,10 @@ class RolloutManager:
     def _memory(self, method: str) -> None:
         import asyncio
 
-        from slime_ref.rollout.sglang_client import SGLangClient
         from slime_ref.utils.async_loop import run
 
         async def call_all():
-            clients = [SGLangClient(u) for u in self.engine_urls]
-            try:
-                await asyncio.gather(*(getattr(c, method)() for c in clients))
-            finally:
-                await asyncio.gather(*(c.close() for c in clients))
+            await asyncio.gather(*(getattr(self._client(u), method)() for u in self.engine_urls))
 
         run(call_all())
 
@@ -229,6 +227,17 @@ class RolloutManager:
             self.data_source.load_state_dict(state)
 
     def dispose(self) -> None:
+        if self._clients:
+            import asyncio
+
+            from slime_ref.utils.async_loop import run
+
+            clients, self._clients = list(self._clients.values()), {}
+
+            async def close_all():
+                await asyncio.gather(*(c.close() for c in clients))
+
+            run(close_all())
         if self.router is not None:
             self.router.stop()
             self.router = None

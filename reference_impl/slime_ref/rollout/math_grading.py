@@ -12,6 +12,7 @@ Tuples and intervals (``(1, 2)``) compare element by element with the same brack
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -63,6 +64,7 @@ def _unwrap_command(text: str, command: str) -> str:
         text = new
 
 
+@functools.lru_cache(maxsize=8192)  # pure, and a rollout grades the same labels and answers many times
 def normalize_answer(answer: str) -> str:
     """A canonical string form of a short math answer (see the module docstring)."""
     s = str(answer).strip()
@@ -193,6 +195,7 @@ def _sympy_equal(a: str, b: str) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=8192)  # pure; spares repeated sympy work on the same pairs
 def answers_equal(given: str, reference: str) -> bool:
     """True if ``given`` and ``reference`` are the same math answer."""
     a, b = normalize_answer(given), normalize_answer(reference)

@@ -193,6 +193,11 @@ class RolloutServers:
         self.gpus_per_engine = gpus_per_engine
         self.startup_timeout_s = startup_timeout_s or (900.0 if engine == "sglang" else 120.0)
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+        if engine == "builtin":
+            # Idle OpenMP threads sleep instead of spinning: the built-in engine's steps are many small
+            # ops, and spinning threads starve the router, the rollout client and a colocated trainer
+            # on the same cores (a 2-thread engine on a busy 2-core machine: 5x slower rollouts).
+            self.env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         self.num_threads = num_threads
         self.log_name = log_name
         self.engines: list[ManagedProcess] = []
@@ -250,8 +255,8 @@ class RolloutServers:
         flags, dropped = _drop_flags(self.sglang_flags, _BUILTIN_FLAGS)
         if dropped and index == 0:
             logger.info("the built-in engine ignores GPU-only SGLang flags: %s", " ".join(dropped))
-        # Share the cores, keeping one for the router, the rollout client and the trainer's driver.
-        threads = max(1, ((os.cpu_count() or 1) - 1) // self.num_engines)
+        # By default share the cores, keeping one for the router, the rollout client and the driver.
+        threads = self.num_threads or max(1, ((os.cpu_count() or 1) - 1) // self.num_engines)
         return [sys.executable, "-m", "slime_ref.engine", *common, "--tokenizer-path", self.tokenizer_path,
                 "--num-threads", str(threads), *flags]
 

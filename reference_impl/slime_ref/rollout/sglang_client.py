@@ -203,6 +203,28 @@ class SGLangClient:
                                 timeout_s=self.generate_timeout_s if timeout_s is None else timeout_s)
         return parse_generate_response(data)
 
+    async def generate_batch(
+        self,
+        input_ids: list[list[int]],
+        sampling_params: dict[str, Any] | list[dict[str, Any]],
+        *,
+        return_logprob: bool = True,
+        timeout_s: float | None = None,
+    ) -> list[GenerateOutput]:
+        """POST /generate with a batch of token-id lists (SGLang's batched form): one answer per entry,
+        in order. ``sampling_params`` is shared, or one dict per entry. One request instead of many
+        saves the per-request work of client, router and engine."""
+        if not input_ids:
+            return []
+        body: dict[str, Any] = {"input_ids": [list(ids) for ids in input_ids], "sampling_params": sampling_params,
+                                "return_logprob": return_logprob}
+        data = await self._call("POST", "/generate", body,
+                                timeout_s=self.generate_timeout_s if timeout_s is None else timeout_s)
+        if not isinstance(data, list) or len(data) != len(input_ids):
+            raise EngineError(f"{self.base_url}/generate", f"a batch of {len(input_ids)} got an answer that is not "
+                              f"a list of {len(input_ids)} results")
+        return [parse_generate_response(item) for item in data]
+
     async def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
         await self._call("POST", "/abort_request", {"rid": rid, "abort_all": abort_all}, read="none")
 

@@ -7,6 +7,8 @@ One rollout, as in slime::
         for every sample, concurrently (at most --sglang-server-concurrency per engine in flight):
             POST the prompt's token ids to the router's /generate with return_logprob
             (or call --custom-generate-function-path), then score it (rewards.async_rm)
+            -- a group of fresh samples served by this default goes as one batched /generate
+               (SGLang's list-of-input_ids form): the same samples, one request instead of n
         as each group finishes: --group-rm scoring, then --dynamic-sampling-filter-path keep/drop
     abort what is still running on every engine; with --partial-rollout the half-done groups go
     back to the data source's buffer, to be continued in a later rollout
@@ -21,6 +23,7 @@ returns the Sample (or a list of Samples); reward hooks are in :mod:`slime_ref.r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import inspect
 import logging
@@ -79,15 +82,42 @@ class _GenerateState:
     def __init__(self, args):
         from slime_ref.data.source import load_tokenizer
 
-        self.key = (router_url(args), args.hf_checkpoint)
+        self.key = _state_key(args)
         self.tokenizer = load_tokenizer(args)
         self.client = SGLangClient(router_url(args), retries=3)
         num_engines = max(1, len(getattr(args, "rollout_engine_urls", None) or [None]))
-        self.semaphore = asyncio.Semaphore(args.sglang_server_concurrency * num_engines)
+        self.capacity = args.sglang_server_concurrency * num_engines
+        self.semaphore = asyncio.Semaphore(self.capacity)
+        self._batch_lock = asyncio.Lock()
         self.pending: set[asyncio.Task] = set()
         self.remaining_batch_size = 0
         self.aborted = False
         self._engine_clients: dict[str, SGLangClient] = {}
+        self._prompt_ids: dict[str, list[int]] = {}
+
+    def prompt_ids(self, prompt) -> list[int]:
+        """The prompt's token ids. All samples of a group share one prompt: encode it once."""
+        if not isinstance(prompt, str):
+            return self.tokenizer.encode(prompt, add_special_tokens=False)
+        ids = self._prompt_ids.get(prompt)
+        if ids is None:
+            if len(self._prompt_ids) >= 4096:  # bounded: a long run sees many prompts once each
+                self._prompt_ids.clear()
+            ids = self._prompt_ids[prompt] = self.tokenizer.encode(prompt, add_special_tokens=False)
+        return list(ids)  # a copy: the sample appends its response to it
+
+    @contextlib.asynccontextmanager
+    async def slots(self, n: int):
+        """Hold ``n`` (<= capacity) of the in-flight places at once. One batch gathers its places
+        at a time, so two batches can never each hold part of what the other waits for."""
+        async with self._batch_lock:
+            for _ in range(n):
+                await self.semaphore.acquire()
+        try:
+            yield
+        finally:
+            for _ in range(n):
+                self.semaphore.release()
 
     def engine_client(self, url: str) -> SGLangClient:
         if url not in self._engine_clients:
@@ -103,10 +133,15 @@ class _GenerateState:
 _STATE: _GenerateState | None = None
 
 
+def _state_key(args) -> tuple:
+    engines = tuple(getattr(args, "rollout_engine_urls", None) or ())
+    return router_url(args), args.hf_checkpoint, args.sglang_server_concurrency, engines
+
+
 def _state(args) -> _GenerateState:
     """The state for this router and model; created inside the shared loop (it owns a semaphore)."""
     global _STATE
-    if _STATE is None or _STATE.key != (router_url(args), args.hf_checkpoint):
+    if _STATE is None or _STATE.key != _state_key(args):
         _STATE = _GenerateState(args)
     return _STATE
 
@@ -117,7 +152,7 @@ async def generate(args, sample: Sample, sampling_params: dict[str, Any]) -> Sam
     if sample.status not in (Sample.Status.PENDING, Sample.Status.ABORTED):
         raise ValueError(f"sample {sample.index} is {sample.status.value}; only pending or aborted samples generate")
     if not sample.tokens:
-        sample.tokens = state.tokenizer.encode(sample.prompt, add_special_tokens=False)
+        sample.tokens = state.prompt_ids(sample.prompt)
     params = dict(sampling_params)
     if params.get("max_new_tokens") is not None:
         # a partial sample continues with what is left of its budget
@@ -170,11 +205,60 @@ async def generate_and_rm(args, sample: Sample, params: dict[str, Any], evaluati
     return sample
 
 
+def _served_by_default_generate(args, sample: Sample) -> bool:
+    return (sample.generate_function_path or getattr(args, "custom_generate_function_path", None)) is None
+
+
+async def generate_batch(args, samples: list[Sample], sampling_params: dict[str, Any]) -> list[Sample]:
+    """:func:`generate` for fresh samples (pending, no response yet) in one batched /generate."""
+    state = _state(args)
+    for sample in samples:
+        if not sample.tokens:
+            sample.tokens = state.prompt_ids(sample.prompt)
+    outs = await state.client.generate_batch([s.tokens for s in samples], sampling_params, return_logprob=True)
+    for sample, out in zip(samples, outs):
+        sample.append_response_tokens(
+            args, tokens=out.output_ids, log_probs=out.output_log_probs or [], meta_info=out.meta_info, text=out.text
+        )
+    return samples
+
+
+async def _generate_and_rm_fresh(args, samples: list[Sample], params: dict[str, Any]) -> list[Sample]:
+    """Fresh samples of one group through :func:`generate_batch` (in batches of at most the
+    in-flight capacity), then scored one by one (unless --group-rm), as generate_and_rm would."""
+    state = _state(args)
+    for start in range(0, len(samples), state.capacity):
+        batch = samples[start:start + state.capacity]
+        async with state.slots(len(batch)):
+            if state.aborted:
+                for sample in batch:
+                    sample.status = Sample.Status.ABORTED
+                continue
+            await generate_batch(args, batch, params)
+    if not args.group_rm:
+        scored = [s for s in samples if s.status != Sample.Status.ABORTED and s.reward is None]
+        for sample, reward in zip(scored, await asyncio.gather(*(async_rm(args, s) for s in scored))):
+            sample.reward = reward
+    return samples
+
+
 async def generate_and_rm_group(args, group: list[Sample], params: dict[str, Any], evaluation: bool = False):
     state = _state(args)
     if state.aborted:
         return group
-    group = list(await asyncio.gather(*(generate_and_rm(args, s, dict(params), evaluation) for s in group)))
+    fresh = [i for i, s in enumerate(group)
+             if s.status == Sample.Status.PENDING and s.response_length == 0 and _served_by_default_generate(args, s)]
+    rest = sorted(set(range(len(group))) - set(fresh))
+    done = await asyncio.gather(
+        _generate_and_rm_fresh(args, [group[i] for i in fresh], dict(params)),
+        *(generate_and_rm(args, group[i], dict(params), evaluation) for i in rest),
+    )
+    out = list(group)
+    for i, sample in zip(fresh, done[0]):
+        out[i] = sample
+    for i, result in zip(rest, done[1:]):
+        out[i] = result
+    group = out
     if args.group_rm and not state.aborted:
         for s, r in zip(group, await batched_async_rm(args, group)):
             s.reward = r

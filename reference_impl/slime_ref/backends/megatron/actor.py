@@ -21,6 +21,7 @@ order; the methods are collective.
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -401,30 +402,45 @@ class MegatronActor:
         """Train on one rollout (see the module docstring). Returns each optimizer step's metrics.
 
         The metrics are slime's ``train/*`` names, reduced over all ranks; every rank returns them.
+        The last step's also carry slime's timers of this rank (host wall seconds): ``perf/
+        data_preprocess_time``, ``perf/ref_log_probs_time`` and ``perf/log_probs_time`` (when those
+        passes run), ``perf/actor_train_time`` (the optimizer steps, which end by reading their
+        metrics, so device work is included) and ``perf/actor_train_tok_per_s`` (this rank's tokens).
         """
         a = self.args
+        start = time.perf_counter()
         rollout = self._to_tensors(batch)
         schedule = self._schedule(rollout)
+        timers = {"perf/data_preprocess_time": time.perf_counter() - start}
         if a.loss_type == "policy_loss" and a.compute_advantages_and_returns:
-            self._prepare_policy_data(rollout, schedule)
+            self._prepare_policy_data(rollout, schedule, timers)
+        start = time.perf_counter()
         self.model.train()
         metrics = []
         for step_id, step in enumerate(schedule):
             step_metrics = self._train_step(rollout, step)
             step_metrics["train/step"] = rollout_id * len(schedule) + step_id
             metrics.append(step_metrics)
+        timers["perf/actor_train_time"] = time.perf_counter() - start
+        trained = sum(int(rollout["tokens"][i].numel()) for step in schedule for mb in step.micro_batches for i in mb)
+        timers["perf/actor_train_tok_per_s"] = trained / max(timers["perf/actor_train_time"], 1e-9)
+        metrics[-1].update(timers)
         return metrics
 
-    def _prepare_policy_data(self, rollout: dict, schedule: list[StepSchedule]) -> None:
+    def _prepare_policy_data(self, rollout: dict, schedule: list[StepSchedule], timers: dict[str, float]) -> None:
         """ref/old log-probs and advantages of this rank's samples, stored per sample in ``rollout``."""
         a = self.args
         n = len(rollout["tokens"])
         if "ref" in self.weights.tags:
+            start = time.perf_counter()
             rollout["ref_log_probs"] = _by_index(self.compute_log_probs(rollout, schedule, "ref"), n)
+            timers["perf/ref_log_probs_time"] = time.perf_counter() - start
         # one on-policy step can take the old log-probs from its own (detached) training forward
         reuse_training_forward = len(schedule) == 1 and a.kl_coef == 0 and a.advantage_estimator != "gspo"
         if not a.use_rollout_logprobs and not reuse_training_forward:
+            start = time.perf_counter()
             rollout["log_probs"] = _by_index(self.compute_log_probs(rollout, schedule, "actor"), n)
+            timers["perf/log_probs_time"] = time.perf_counter() - start
         if not ps.is_pipeline_last_stage():
             return
         mine = [i for step in schedule for mb in step.micro_batches for i in mb]

@@ -102,10 +102,16 @@ def _is_cuda(device) -> bool:
     return isinstance(device, int) and not isinstance(device, bool)
 
 
+_REDIRECTED = frozenset({torch.Tensor.cuda, torch.Tensor.to, torch.Tensor.type})
+
+
 class _CudaToCpuMode(TorchFunctionMode):
     """Send CUDA placements to the CPU; report ``torch.cuda.*`` types for megatron's asserts."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        # every torch call of the process comes through here: the common case returns at once
+        if func not in _REDIRECTED and not (kwargs and ("device" in kwargs or kwargs.get("pin_memory"))):
+            return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
         if func is torch.Tensor.cuda:
             return args[0]

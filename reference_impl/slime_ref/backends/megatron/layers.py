@@ -6,10 +6,13 @@ instead applies the rotary embedding itself and calls a fused kernel:
 
 - packed variable-length sequences (THD, the layout every training and log-prob batch uses):
   on CUDA, flash attention over ``cu_seqlens`` (``torch.nn.attention.varlen``), one kernel for the
-  whole micro-batch, causal and GQA-aware, cost sum(L_i^2); on CPU (or without that API), a loop
-  of causal ``scaled_dot_product_attention`` calls, one per sequence. Both are exact per
-  sequence: no token sees another sequence, no padding is attended. A block-diagonal mask over
-  the whole pack would be simpler but costs T^2 and falls off the flash kernel on GPU.
+  whole micro-batch, causal and GQA-aware, cost sum(L_i^2); on CPU (or without that API), the
+  sequences padded at their end into one [b, heads, max L, d] causal ``scaled_dot_product_attention``
+  call when that costs at most twice sum(L_i^2) (many short sequences of similar length, as
+  rollouts are: one call instead of one per sequence, whose per-call overhead dominates small
+  models), else one causal call per sequence. All are exact per sequence: no token sees another
+  sequence, and a causal mask never lets a real token see the padding behind it. A block-diagonal
+  mask over the whole pack would be simpler but costs T^2 and falls off the flash kernel on GPU.
 - an ordinary [s, b] batch: one causal ``scaled_dot_product_attention`` call.
 
 RoPE is applied here rather than in megatron's ``SelfAttention`` (the model is built with
@@ -142,13 +145,28 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class PackedSequence(PackedSeqParams):
     """Megatron's THD packing parameters plus each token's position inside its own sequence.
 
-    ``position_ids``: [T] int64 on the model's device. ``rope_cache`` holds cos/sin for this batch,
-    filled by the first attention layer and reused by the others.
+    ``position_ids``: [T] int64 on the model's device. ``rope_cache`` holds what every attention layer
+    needs for this batch (cos/sin, the padding index), filled by the first and reused by the others.
     """
 
     position_ids: torch.Tensor | None = None
     cu_seqlens_cpu: list[int] | None = None
     rope_cache: dict = field(default_factory=dict, repr=False)
+
+    def padded_index(self) -> tuple[torch.Tensor, torch.Tensor, int, int] | None:
+        """(sequence of each token [T], position of each token [T], sequences, max length) to scatter the pack
+        into a right-padded [b, max L] batch, or None when padding would cost more than twice the
+        exact sum(L_i^2) attention. Computed once per batch and shared by all layers."""
+        if "padded_index" not in self.rope_cache:
+            cu = self.cu_seqlens_cpu
+            lengths = [b - a for a, b in zip(cu[:-1], cu[1:])]
+            longest = max(lengths)
+            index = None
+            if len(lengths) * longest * longest <= 2 * sum(n * n for n in lengths):
+                rows = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+                index = (to_device(rows, self.position_ids.device), self.position_ids, len(lengths), longest)
+            self.rope_cache["padded_index"] = index
+        return self.rope_cache["padded_index"]
 
     @classmethod
     def from_lengths(cls, lengths: list[int], device) -> PackedSequence:
@@ -262,17 +280,33 @@ class RopeSDPAttention(MegatronModule):
             except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
                 logger.warning("varlen flash attention failed (%s); using one SDPA call per sequence", e)
                 _varlen_unusable.append(str(e))
+        if out is None and packed_seq_params.padded_index() is not None:
+            out = attention_padded(q, k, value, *packed_seq_params.padded_index(), dropout, self.softmax_scale)
         if out is None:
-            out = self._per_sequence(q, k, value, packed_seq_params.cu_seqlens_cpu, dropout)
+            out = attention_per_sequence(q, k, value, packed_seq_params.cu_seqlens_cpu, dropout, self.softmax_scale)
         return out.reshape(out.shape[0], -1)
 
-    def _per_sequence(self, q, k, v, cu: list[int], dropout: float) -> torch.Tensor:
-        outs = []
-        for start, end in zip(cu[:-1], cu[1:]):
-            # [L, h, d] -> [1, h, L, d]
-            qi, ki, vi = (t[start:end].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-            oi = F.scaled_dot_product_attention(
-                qi, ki, vi, dropout_p=dropout, is_causal=True, scale=self.softmax_scale, enable_gqa=True
-            )
-            outs.append(oi.squeeze(0).transpose(0, 1))
-        return torch.cat(outs, dim=0)
+
+def attention_padded(q, k, v, rows: torch.Tensor, positions: torch.Tensor, num_seqs: int, longest: int,
+                     dropout: float, scale: float | None) -> torch.Tensor:
+    """Causal attention of packed sequences, q [T, h, d], k/v [T, g, d] -> [T, h, d]: scattered to
+    [b, max L] padded at the end (``rows``/``positions``: each token's place), one SDPA call."""
+    padded = []
+    for t in (q, k, v):
+        box = t.new_zeros((num_seqs, longest, *t.shape[1:]))
+        box[rows, positions] = t
+        padded.append(box.transpose(1, 2))
+    out = F.scaled_dot_product_attention(*padded, dropout_p=dropout, is_causal=True, scale=scale, enable_gqa=True)
+    return out.transpose(1, 2)[rows, positions]
+
+
+def attention_per_sequence(q, k, v, cu: list[int], dropout: float, scale: float | None) -> torch.Tensor:
+    """Causal attention of packed sequences (``cu``: host offsets), one SDPA call per sequence."""
+    outs = []
+    for start, end in zip(cu[:-1], cu[1:]):
+        # [L, h, d] -> [1, h, L, d]
+        qi, ki, vi = (t[start:end].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+        oi = F.scaled_dot_product_attention(qi, ki, vi, dropout_p=dropout, is_causal=True, scale=scale,
+                                            enable_gqa=True)
+        outs.append(oi.squeeze(0).transpose(0, 1))
+    return torch.cat(outs, dim=0)
