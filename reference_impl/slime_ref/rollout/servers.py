@@ -376,7 +376,13 @@ def start_router(engine_urls: Sequence[str], *, log_dir: str | os.PathLike, toke
         "--worker-urls", *engine_urls, "--policy", policy,
         # The default metrics port (29000) would collide between routers on one machine.
         "--prometheus-port", str(free_port(host)), "--prometheus-host", host,
-        "--tokenizer-path", str(tokenizer_path), "--log-level", "warn", *router_flags,
+        "--tokenizer-path", str(tokenizer_path), "--log-level", "warn",
+        # As slime launches it: engines that are paused, syncing weights or have released their memory
+        # (colocated) answer slowly or not at all for a while; the router's own health checks and circuit
+        # breaker would then mark them dead and refuse every request with 503 "no_available_workers".
+        # slime-ref tracks engine health itself (start-up waits, client retries with deadlines).
+        "--disable-circuit-breaker", "--disable-health-check",
+        *router_flags,
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
     proc = spawn("router", command, Path(log_dir), env)
