@@ -21,6 +21,8 @@ from slime_ref.rollout.sglang_client import SAMPLING_PARAM_NAMES, EngineError, S
 CLIENT_CALLS = {
     "generate": dict(input_ids=[1, 2, 3], sampling_params={n: None for n in SAMPLING_PARAM_NAMES},
                      return_logprob=True, logprob_start_len=0, rid="r1"),
+    "generate_batch": dict(input_ids=[[1, 2, 3], [4, 5]], sampling_params={n: None for n in SAMPLING_PARAM_NAMES},
+                           return_logprob=True),
     "abort_request": dict(rid="r1", abort_all=True),
     "pause_generation": dict(mode="retract"),
     "continue_generation": dict(),
@@ -58,7 +60,9 @@ def _recorded_calls() -> list[tuple[str, str, dict]]:
 
     async def record(method, route, body=None, **_):
         calls.append((method, route, dict(body or {})))
-        return {"success": True, "meta_info": {"finish_reason": {}}}
+        answer = {"success": True, "meta_info": {"finish_reason": {}}}
+        batch = (body or {}).get("input_ids")
+        return [answer] * len(batch) if batch and isinstance(batch[0], list) else answer  # one per batched entry
 
     client._call = record
     public = {name for name, fn in inspect.getmembers(SGLangClient, inspect.iscoroutinefunction)
