@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -55,6 +56,13 @@ def test_wandb_offline(tmp_path, monkeypatch):
     t.close()
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+    # closing stops the wandb-core service the run started
+    import psutil
+
+    deadline = time.monotonic() + 30
+    while any("wandb-core" in " ".join(c.cmdline()) for c in psutil.Process().children(recursive=True)):
+        assert time.monotonic() < deadline, "wandb-core still running after Tracker.close()"
+        time.sleep(0.5)
 
 
 def test_plot_writes_png(tmp_path):

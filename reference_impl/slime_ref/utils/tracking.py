@@ -110,3 +110,7 @@ class Tracker:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+            # also stop the wandb-core service process W&B started for this run
+            import wandb
+
+            wandb.teardown()
