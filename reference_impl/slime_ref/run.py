@@ -113,6 +113,8 @@ class Run:
                 ray.get(self.rollout.load_data_state.remote(data_state))
         self.tracker = Tracker(args, out)
         self.phase_seconds["setup"] += time.perf_counter() - start
+        if self.progress is not None and hasattr(self.progress, "set_total"):
+            self.progress.set_total(args.num_rollout)  # known only now when --num-epoch sets it
 
     def _teardown(self) -> None:
         if self.tracker is not None:

@@ -31,8 +31,6 @@ def train(args, progress=None) -> dict:
 
     ``progress``: an optional callable receiving phase events (see :mod:`slime_ref.console`)."""
     with Run(args, progress=progress) as run:
-        if progress is not None and hasattr(progress, "set_total"):
-            progress.set_total(args.num_rollout)
         run.update_weights(rollout_id=-1)
         if args.num_rollout == 0 and args.eval_interval is not None:
             run.eval(rollout_id=0)
