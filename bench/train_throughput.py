@@ -24,8 +24,9 @@ finalisation, the optimizer's parts, scheduler, metrics for ``ours``; forward, b
 for ``hf_sdpa``). Each phase reports ``wall_ms`` (from an idle GPU to the phase's last kernel
 done) and ``host_ms`` (Python time to issue it): host close to wall means the phase is bound by the
 host, not the GPU. Then one step under ``torch.profiler`` gives the GPU time per kernel class and
-the top kernels (``gpu_busy_ms`` against the step's ``wall_ms`` shows the GPU's idle time), and a
-few facts that decide speed: which attention kernel ran, which optimizer kernels, torch.compile's
+the top kernels (``gpu_busy_ms`` against the step's ``wall_ms`` shows the GPU's idle time), the
+host's time by operator, every place one step makes the host wait for the device (torch's sync
+debug mode, counted by Python stack), and a few facts that decide speed: which attention kernel ran, which optimizer kernels, torch.compile's
 graph counts. ``--trace-dir`` also writes a Chrome trace of that step per variant and shape.
 
     python bench/train_throughput.py                     # seq 1024 x batch 8 and 2048 x 4
@@ -260,13 +261,47 @@ def kernel_profile(step, trace_path: Path | None, top: int) -> dict:
         with open(raw, "rb") as f, gzip.open(trace_path, "wb") as out:
             out.write(f.read())
         raw.unlink()
+    host_ops = sorted((e for e in prof.key_averages() if e.self_cpu_time_total > 0),
+                      key=lambda e: -e.self_cpu_time_total)
     return {
         "wall_ms": round(wall * 1000, 2),
         "gpu_busy_ms": round(sum(r[1] for r in rows), 2),
         "kernel_launches": sum(r[2] for r in rows),
         "by_class_ms": {k: round(v, 2) for k, v in sorted(classes.items(), key=lambda kv: -kv[1])},
         "top_kernels": [[name[:100], round(ms, 3), n] for name, ms, n in rows[:top]],
+        # host time by operator, own time only: a device wait shows up as cudaStreamSynchronize,
+        # cudaMemcpyAsync or aten::_local_scalar_dense near the top
+        "top_host_ops": [[e.key[:100], round(e.self_cpu_time_total / 1000, 3), e.count] for e in host_ops[:top]],
     }
+
+
+def sync_points(step, top: int) -> list:
+    """Where one step makes the host wait for the device: torch's sync debug mode warns at every
+    synchronising call; each warning's Python stack is counted by its innermost frames."""
+    import traceback
+    import warnings
+
+    here = os.path.abspath(__file__)
+    seen: dict[str, int] = defaultdict(int)
+    original = warnings.showwarning
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        frames = [f for f in traceback.extract_stack()[:-1]
+                  if "/warnings.py" not in f.filename and f.filename != here]
+        where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames[-4:]))
+        seen[where] += 1
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            warnings.showwarning = original
+    return [[where, n] for where, n in sorted(seen.items(), key=lambda kv: -kv[1])[:top]]
 
 
 def diagnostics_ours(actor) -> dict:
@@ -280,7 +315,7 @@ def diagnostics_ours(actor) -> dict:
     return {
         "varlen_attention": {"available": layers._varlen_attention() is not None,
                              "failed": list(layers._varlen_unusable),
-                             "per_sequence_fallback_calls": PER_SEQUENCE_CALLS[0]},
+                             "fallback_calls": dict(FALLBACK_CALLS)},
         "optimizer": {"megatron": [type(o).__name__ for o in getattr(actor.optimizer, "chained_optimizers", [])],
                       "inner": [type(o).__name__ for o in inner],
                       "fused": [bool(g.get("fused")) for o in inner for g in o.param_groups],
@@ -292,20 +327,21 @@ def diagnostics_ours(actor) -> dict:
     }
 
 
-PER_SEQUENCE_CALLS = [0]
+FALLBACK_CALLS = {"attention_padded": 0, "attention_per_sequence": 0}
 
 
-def count_per_sequence_attention() -> None:
-    """Count calls of the per-sequence SDPA fallback (0 when varlen flash attention ran)."""
-    from slime_ref.backends.megatron.layers import RopeSDPAttention
+def count_attention_fallbacks() -> None:
+    """Count calls of the non-flash attention paths (both 0 when varlen flash attention ran)."""
+    from slime_ref.backends.megatron import layers
 
-    original = RopeSDPAttention._per_sequence
+    for name in FALLBACK_CALLS:
+        original = getattr(layers, name)
 
-    def counted(self, *args, **kwargs):
-        PER_SEQUENCE_CALLS[0] += 1
-        return original(self, *args, **kwargs)
+        def counted(*args, _name=name, _original=original, **kwargs):
+            FALLBACK_CALLS[_name] += 1
+            return _original(*args, **kwargs)
 
-    RopeSDPAttention._per_sequence = counted
+        setattr(layers, name, counted)
 
 
 def progress(variant: str, key: str, tokens_per_step: int, seconds: float, peak: float) -> None:
@@ -321,6 +357,10 @@ def profile_step(step, instrument, name: str, opts) -> dict:
         out["phases"] = profile_phases(step, instrument, opts.profile_steps)
     except Exception as e:  # keep the rest of the run
         out["phases"] = {"error": f"{type(e).__name__}: {e}"}
+    try:
+        out["sync_points"] = sync_points(step, opts.top_kernels)
+    except Exception as e:
+        out["sync_points"] = {"error": f"{type(e).__name__}: {e}"}
     try:
         trace = opts.trace_dir / f"{name}.json.gz" if opts.trace_dir else None
         out["kernels"] = kernel_profile(step, trace, opts.top_kernels)
@@ -506,6 +546,14 @@ def summary_text(report: dict, profile: dict, top: int) -> str:
             lines.append(f"{v} GPU busy {k['gpu_busy_ms']} of {k['wall_ms']} ms wall, {k['kernel_launches']} kernels: {classes}")
             for name, ms, n in k["top_kernels"][:top]:
                 lines.append(f"    {ms:>9.3f} ms {n:>5}x  {name}")
+            lines.append(f"{v} host time by operator (own time):")
+            for name, ms, n in k.get("top_host_ops", [])[:top]:
+                lines.append(f"    {ms:>9.3f} ms {n:>5}x  {name}")
+            syncs = profile[v].get(key, {}).get("sync_points")
+            if syncs:
+                lines.append(f"{v} host waits for the device at:")
+                lines += [f"    {n:>5}x  {where}" for where, n in syncs] if isinstance(syncs, list) \
+                    else [f"    {syncs}"]
     for v in variants:
         if "diagnostics" in profile[v]:
             lines.append(f"{v} diagnostics: {json.dumps(profile[v]['diagnostics'])}")
@@ -534,7 +582,7 @@ def main() -> None:
     if a.trace_dir:
         a.trace_dir.mkdir(parents=True, exist_ok=True)
     if a.profile:
-        count_per_sequence_attention()
+        count_attention_fallbacks()
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "qwen3-0.6b-random"

@@ -63,6 +63,12 @@ def test_compiled_kernels_match_their_eager_forms():
     torch.testing.assert_close(layers.rms_norm(x, w, 1e-6), layers.rms_norm.__wrapped__(x, w, 1e-6), atol=1e-5, rtol=1e-5)
     cos, sin = torch.randn(300, 1, 128, device="cuda"), torch.randn(300, 1, 128, device="cuda")
     torch.testing.assert_close(layers.apply_rope(x, cos, sin), layers.apply_rope.__wrapped__(x, cos, sin), atol=1e-5, rtol=1e-5)
+    k, wk = torch.randn(300, 4, 128, device="cuda"), torch.randn(128, device="cuda")
+    for weights in [(w, wk), (None, None)]:
+        fused = layers.norm_rope_qk(x, k, cos, sin, *weights, 1e-6)
+        eager = layers.norm_rope_qk.__wrapped__(x, k, cos, sin, *weights, 1e-6)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
     logits = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16)
     rows = torch.arange(3, 60, device="cuda")
@@ -75,6 +81,12 @@ def test_compiled_kernels_match_their_eager_forms():
     grad_args = (logits, rows, target, on_rank, lse, spx, g1, g2, 990, 0.8, True)
     torch.testing.assert_close(logprobs._chunk_grad(*grad_args).float(),
                                logprobs._chunk_grad.__wrapped__(*grad_args).float(), atol=1e-2, rtol=1e-2)
+    dense_target = torch.randint(0, 1024, (64,), device="cuda")
+    dense_on_rank = dense_target < 990
+    lse, spx, g1, g2 = (torch.randn(64, device="cuda") for _ in range(4))
+    dense_args = (logits, dense_target, dense_on_rank, lse, spx, g1, g2, 990, 0.8, True)
+    torch.testing.assert_close(logprobs._dense_grad(*dense_args).float(),
+                               logprobs._dense_grad.__wrapped__(*dense_args).float(), atol=1e-2, rtol=1e-2)
 
 
 COMMON = ["--global-batch-size", "4", "--lr", "1e-3", "--lr-decay-style", "constant",

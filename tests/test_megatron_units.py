@@ -35,13 +35,15 @@ def _reference(logits, rows, targets, valid, temperature):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("chunk_rows", [1, 3, 1000])
-def test_log_probs_entropy_and_gradients_match_log_softmax(temperature, chunk_rows):
+@pytest.mark.parametrize("dense", [False, True], ids=["selected_rows", "dense"])
+def test_log_probs_entropy_and_gradients_match_log_softmax(temperature, chunk_rows, dense):
     torch.manual_seed(0)
     logits = torch.randn(20, 40).requires_grad_()
     rows = torch.tensor([2, 3, 4, 9, 10, 15, 18])
     targets = torch.randint(0, 36, (7,))
     # the last 4 columns are vocabulary padding: excluded from the softmax
-    log_prob, entropy = _VocabParallelLogProbEntropy.apply(logits, rows, targets, 0, 36, temperature, None, chunk_rows)
+    log_prob, entropy = _VocabParallelLogProbEntropy.apply(logits, rows, targets, 0, 36, temperature, None,
+                                                           chunk_rows, dense)
     ref_log_prob, ref_entropy = _reference(logits, rows, targets, 36, temperature)
     torch.testing.assert_close(log_prob.double(), ref_log_prob, rtol=0, atol=2e-6)
     torch.testing.assert_close(entropy.double(), ref_entropy, rtol=0, atol=2e-6)
@@ -51,6 +53,24 @@ def test_log_probs_entropy_and_gradients_match_log_softmax(temperature, chunk_ro
     (ref_grad,) = torch.autograd.grad((ref_log_prob * w_lp).sum() + (ref_entropy * w_ent).sum(), logits)
     torch.testing.assert_close(grad.double(), ref_grad.double(), rtol=0, atol=2e-6)
     assert grad[:, 36:].abs().sum() == 0 and grad[[0, 1, 5]].abs().sum() == 0
+
+
+@pytest.mark.parametrize("use_entropy", [False, True])
+def test_dense_log_probs_equal_the_selected_rows_path_exactly(use_entropy):
+    # the CUDA layout (every row, one gradient kernel) against the CPU one (selected rows, chunks)
+    torch.manual_seed(1)
+    logits = (3 * torch.randn(30, 50)).bfloat16()
+    rows = torch.tensor([0, 1, 7, 8, 9, 20, 28])
+    targets = torch.randint(0, 47, (7,))
+    results = []
+    for dense in (False, True):
+        x = logits.clone().requires_grad_()
+        log_prob, entropy = _VocabParallelLogProbEntropy.apply(x, rows, targets, 0, 47, 0.9, None, 4, dense)
+        loss = (log_prob * torch.linspace(-1, 1, 7)).sum() + (entropy.sum() if use_entropy else 0)
+        loss.backward()
+        results.append((log_prob, entropy, x.grad))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
 
 
 def test_bf16_logits_give_fp32_log_probs_and_bf16_grads():

@@ -20,8 +20,10 @@ RoPE is applied here rather than in megatron's ``SelfAttention`` (the model is b
 gather, cos/sin are computed once per forward and shared by all layers, and the inverse
 frequencies follow the HF config exactly, including llama3 and linear scaling.
 
-On CUDA the elementwise pieces (RMSNorm, rotary embedding) are compiled with ``torch.compile``
-into one kernel each; on CPU they run eagerly and match HF's arithmetic.
+On CUDA the elementwise pieces are compiled with ``torch.compile``: each RMSNorm is one kernel, and
+Qwen3's q/k RMSNorm and the rotary embedding of q and k are one kernel together (``QKNorm``). Every
+compiled call costs the host tens of microseconds to dispatch, and a small model's step is bound
+by the host, so fewer, larger kernels are faster. On CPU they run eagerly and match HF's arithmetic.
 """
 
 from __future__ import annotations
@@ -95,6 +97,22 @@ class RMSNorm(torch.nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
+class QKNorm(RMSNorm):
+    """Qwen3's per-head RMSNorm of the queries or the keys, applied by ``RopeSDPAttention``.
+
+    Megatron's ``SelfAttention`` calls this right after the QKV projection. Once the layer's core
+    attention has taken it over (``RopeSDPAttention.apply_qk_norm``), it passes the heads through and
+    the core attention normalises q and k and rotates them in one kernel, instead of four. The
+    weight stays where megatron's optimizer and the checkpoints have it
+    (``self_attention.q_layernorm.weight``).
+    """
+
+    taken_over = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.taken_over else super().forward(x)
+
+
 # ---------------------------------------------------------------------------------------------
 # Rotary embedding
 
@@ -139,6 +157,16 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
+
+
+@cuda_compiled
+def norm_rope_qk(q, k, cos, sin, q_weight, k_weight, eps: float):
+    """(q, k) each normalised per head (when ``q_weight`` is given) and then rotated; on CUDA one
+    kernel for both. q: [T, heads, D], k: [T, groups, D], cos/sin: [T, 1, D]; weights: [D]."""
+    if q_weight is not None:
+        q = rms_norm.__wrapped__(q, q_weight, eps)
+        k = rms_norm.__wrapped__(k, k_weight, eps)
+    return apply_rope.__wrapped__(q, cos, sin), apply_rope.__wrapped__(k, cos, sin)
 
 
 @dataclass
@@ -232,6 +260,18 @@ class RopeSDPAttention(MegatronModule):
         self.softmax_scale = softmax_scale
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
         self.register_buffer("inv_freq", rope.inv_freq(), persistent=False)
+        self._qk_norm: tuple[QKNorm, QKNorm] | None = None  # a plain tuple: not registered as submodules
+
+    def apply_qk_norm(self, q_norm: QKNorm, k_norm: QKNorm) -> None:
+        """Take over the layer's q/k RMSNorm, to fuse it with the rotary embedding."""
+        q_norm.taken_over = k_norm.taken_over = True
+        self._qk_norm = (q_norm, k_norm)
+
+    def _norm_rope(self, query, key, cos, sin):
+        if self._qk_norm is None:
+            return norm_rope_qk(query, key, cos, sin, None, None, 0.0)
+        q_norm, k_norm = self._qk_norm
+        return norm_rope_qk(query, key, cos, sin, q_norm.weight, k_norm.weight, q_norm.eps)
 
     def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype, cache: dict | None):
         key = (dtype, positions.device)
@@ -249,8 +289,8 @@ class RopeSDPAttention(MegatronModule):
             s, b = query.shape[:2]
             positions = torch.arange(s, device=query.device)
             cos, sin = self._cos_sin(positions, query.dtype, None)
-            q = apply_rope(query.flatten(1, 2), cos, sin).view_as(query)
-            k = apply_rope(key.flatten(1, 2), cos, sin).view_as(key)
+            q, k = self._norm_rope(query.flatten(1, 2), key.flatten(1, 2), cos, sin)
+            q, k = q.view_as(query), k.view_as(key)
             # [s, b, h, d] -> [b, h, s, d]
             q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, value))
             out = F.scaled_dot_product_attention(
@@ -261,8 +301,7 @@ class RopeSDPAttention(MegatronModule):
         if not isinstance(packed_seq_params, PackedSequence):
             raise TypeError("packed batches must come as PackedSequence (with position ids)")
         cos, sin = self._cos_sin(packed_seq_params.position_ids, query.dtype, packed_seq_params.rope_cache)
-        q = apply_rope(query, cos, sin)
-        k = apply_rope(key, cos, sin)
+        q, k = self._norm_rope(query, key, cos, sin)
         out = None
         varlen = _varlen_attention()
         # flash kernels: 16-bit inputs, no dropout; an explicit scale needs a torch that takes one

@@ -13,8 +13,13 @@ bf16 logits are never copied to fp32 whole; the backward recomputes each chunk's
 saved logits and the fp32 log-sum-exp. Vocabulary rows past the HF vocabulary (padding so that TP
 divides it) are left out, so scores equal HF's exactly.
 
-On CUDA the per-chunk forward and backward are compiled: each becomes a couple of fused kernels
-that read the bf16 logits once or twice, with no fp32 copy of the chunk in memory.
+On CUDA the work is laid out for the device rather than for memory: the forward reduces every row
+of the pack in blocks of contiguous rows (prompt rows cost one extra read, and no gather of the
+selected rows is materialised), and the backward is one compiled pointwise kernel over the whole
+[T, V_local] gradient, rows without a gradient written as zeros. Gathering the selected rows and
+scattering each chunk's gradient back cost about as much device time as the output layer's matmuls
+did (and a launch per chunk). On CPU, where the maths runs eagerly, only the selected rows are
+touched, a chunk at a time, so fp32 scratch stays bounded.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ def response_rows(total_lengths: list[int], response_lengths: list[int], device=
 
 @cuda_compiled
 def _chunk_stats(logits, rows, local_target, on_rank, valid_cols: int, temperature: float):
-    """[n, 4] per row of one chunk: local max m, sum exp(x - m), target logit (0 off-rank), sum exp(x - m) x."""
-    x = logits[rows, :valid_cols].float()
+    """[n, 4] per row of one chunk: local max m, sum exp(x - m), target logit (0 off-rank), sum exp(x - m) x.
+    ``rows`` None: every row of ``logits``."""
+    x = (logits if rows is None else logits[rows])[:, :valid_cols].float()
     if temperature != 1.0:
         x = x / temperature
     m = x.amax(dim=-1)
@@ -69,19 +75,54 @@ def _chunk_grad(logits, rows, local_target, on_rank, lse, sum_px, grad_log_prob,
     return g.to(logits.dtype)
 
 
+@cuda_compiled
+def _dense_grad(logits, local_target, on_rank, lse, sum_px, grad_log_prob, grad_entropy,
+                valid_cols: int, temperature: float, use_entropy: bool):
+    """d loss / d logits for every row, [T, V_local] in the logits' dtype: ``_chunk_grad``'s maths on
+    all rows at once (rows with zero incoming gradients get zeros) and zeros in the padding columns."""
+    x = logits.float()
+    if temperature != 1.0:
+        x = x / temperature
+    p = torch.exp(x - lse[:, None])
+    g = p * (-grad_log_prob[:, None])
+    if use_entropy:
+        g = g + grad_entropy[:, None] * p * (sum_px[:, None] - x)
+    cols = torch.arange(x.shape[1], device=x.device)[None, :]
+    # the target's one-hot as a comparison, not a scatter, so the whole gradient is one pointwise kernel
+    g = g + torch.where(cols == local_target[:, None], (grad_log_prob * on_rank)[:, None], 0.0)
+    g = torch.where(cols < valid_cols, g, 0.0)
+    if temperature != 1.0:
+        g = g / temperature
+    return g.to(logits.dtype)
+
+
+def _spread(values: torch.Tensor, rows: torch.Tensor, total: int) -> torch.Tensor:
+    """[N] values of the selected rows -> [total], zeros elsewhere."""
+    out = values.new_zeros(total)
+    out[rows] = values
+    return out
+
+
 class _VocabParallelLogProbEntropy(torch.autograd.Function):
     """(log p(target), entropy) for selected rows of vocab-parallel logits."""
 
     @staticmethod
-    def forward(ctx, logits, rows, targets, vocab_start, valid_cols, temperature, group, chunk_rows):
-        n = rows.numel()
+    def forward(ctx, logits, rows, targets, vocab_start, valid_cols, temperature, group, chunk_rows, dense=False):
         local_target = targets - vocab_start
         on_rank = (local_target >= 0) & (local_target < valid_cols)
         local_target = local_target.clamp(0, valid_cols - 1)
+        if dense:  # every row, in blocks of contiguous rows; the selected rows are picked at the end
+            n = logits.shape[0]
+            local_target, on_rank = _spread(local_target, rows, n), _spread(on_rank, rows, n)
+        else:
+            n = rows.numel()
         stats = torch.empty(n, 4, dtype=torch.float32, device=logits.device)
         for start in range(0, n, chunk_rows):
             sl = slice(start, min(start + chunk_rows, n))
-            stats[sl] = _chunk_stats(logits, rows[sl], local_target[sl], on_rank[sl], valid_cols, temperature)
+            if dense:
+                stats[sl] = _chunk_stats(logits[sl], None, local_target[sl], on_rank[sl], valid_cols, temperature)
+            else:
+                stats[sl] = _chunk_stats(logits, rows[sl], local_target[sl], on_rank[sl], valid_cols, temperature)
         if group is not None and dist.get_world_size(group) > 1:
             parts = [torch.empty_like(stats) for _ in range(dist.get_world_size(group))]
             dist.all_gather(parts, stats, group=group)
@@ -97,7 +138,9 @@ class _VocabParallelLogProbEntropy(torch.autograd.Function):
         log_prob = t_r.sum(dim=0) - lse
         entropy = lse - sum_px
         ctx.save_for_backward(logits, rows, local_target, on_rank, lse, sum_px)
-        ctx.args = (valid_cols, temperature, chunk_rows)
+        ctx.args = (valid_cols, temperature, chunk_rows, dense)
+        if dense:
+            log_prob, entropy = log_prob[rows], entropy[rows]
         # an output the loss does not use gets None, not zeros: the backward skips its term
         # without looking at the values (which would wait for the device)
         ctx.set_materialize_grads(False)
@@ -106,13 +149,20 @@ class _VocabParallelLogProbEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_log_prob, grad_entropy):
         logits, rows, local_target, on_rank, lse, sum_px = ctx.saved_tensors
-        valid_cols, temperature, chunk_rows = ctx.args
-        grad = torch.zeros_like(logits)
+        valid_cols, temperature, chunk_rows, dense = ctx.args
         use_entropy = grad_entropy is not None
         if grad_log_prob is None:
-            grad_log_prob = torch.zeros_like(lse)
+            grad_log_prob = torch.zeros_like(rows, dtype=lse.dtype)
         if grad_entropy is None:
             grad_entropy = grad_log_prob  # not read
+        if dense:
+            n = logits.shape[0]
+            grad_log_prob = _spread(grad_log_prob, rows, n)
+            grad_entropy = _spread(grad_entropy, rows, n) if use_entropy else grad_log_prob
+            grad = _dense_grad(logits, local_target, on_rank, lse, sum_px, grad_log_prob, grad_entropy,
+                               valid_cols, temperature, use_entropy)
+            return grad, None, None, None, None, None, None, None, None
+        grad = torch.zeros_like(logits)
         n = rows.numel()
         for start in range(0, n, chunk_rows):
             sl = slice(start, min(start + chunk_rows, n))
@@ -120,7 +170,7 @@ class _VocabParallelLogProbEntropy(torch.autograd.Function):
                 logits, rows[sl], local_target[sl], on_rank[sl], lse[sl], sum_px[sl], grad_log_prob[sl],
                 grad_entropy[sl], valid_cols, temperature, use_entropy,
             )
-        return grad, None, None, None, None, None, None, None
+        return grad, None, None, None, None, None, None, None, None
 
 
 def vocab_parallel_log_probs(
@@ -131,6 +181,7 @@ def vocab_parallel_log_probs(
     vocab_size: int,
     temperature: float = 1.0,
     chunk_rows: int | None = None,
+    dense: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of ``targets`` and the entropy, for the given rows of this rank's logits.
 
@@ -140,7 +191,9 @@ def vocab_parallel_log_probs(
         targets: [N] token ids (global vocabulary) predicted by those rows.
         vocab_size: the real (HF) vocabulary size; padded columns beyond it are ignored.
         temperature: logits are divided by it first (the rollout sampling temperature).
-        chunk_rows: rows per fp32 chunk (default: about 256 MiB of scratch).
+        chunk_rows: rows per fp32 chunk (default: about 512 MiB of scratch).
+        dense: reduce every row and write the whole gradient in one kernel (the default on CUDA; see
+            the module docstring) rather than only the selected rows, chunk by chunk.
 
     Returns:
         (log_probs [N], entropy [N]) in fp32, differentiable with respect to ``logits``.
@@ -156,8 +209,10 @@ def vocab_parallel_log_probs(
     if chunk_rows is None or chunk_rows <= 0:
         chunk_rows = max(1, _CHUNK_BYTES // (4 * local_vocab))
     group = ps.get_tensor_model_parallel_group() if ps.get_tensor_model_parallel_world_size() > 1 else None
+    if dense is None:
+        dense = logits.is_cuda
     return _VocabParallelLogProbEntropy.apply(
-        logits, rows, targets, vocab_start, valid_cols, float(temperature), group, int(chunk_rows)
+        logits, rows, targets, vocab_start, valid_cols, float(temperature), group, int(chunk_rows), bool(dense)
     )
 
 

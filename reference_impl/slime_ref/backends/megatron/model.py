@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from slime_ref.backends.megatron.layers import RMSNorm, RopeConfig, RopeSDPAttention
+from slime_ref.backends.megatron.layers import QKNorm, RMSNorm, RopeConfig, RopeSDPAttention
 from slime_ref.errors import UserError
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")
@@ -205,8 +205,8 @@ def layer_spec(arch: HFArchitecture):
     attention = layer.self_attention.submodules
     attention.core_attention = ModuleSpec(module=RopeSDPAttention, params={"rope": arch.rope})
     if arch.qk_norm:
-        attention.q_layernorm = RMSNorm
-        attention.k_layernorm = RMSNorm
+        attention.q_layernorm = QKNorm
+        attention.k_layernorm = QKNorm
     return spec
 
 
@@ -230,6 +230,10 @@ def build_model(arch: HFArchitecture, config, *, pre_process: bool, post_process
         share_embeddings_and_output_weights=arch.tie_word_embeddings,
         position_embedding_type="none",  # RoPE is applied in RopeSDPAttention
     )
+    for layer in model.decoder.layers:
+        attention = layer.self_attention
+        if isinstance(attention.q_layernorm, QKNorm):
+            attention.core_attention.apply_qk_norm(attention.q_layernorm, attention.k_layernorm)
     if not torch.cuda.is_available():
         return model
     return model.cuda(torch.cuda.current_device())
