@@ -624,7 +624,8 @@ def main() -> None:
                             "mfu": round(tflops / a.peak_tflops, 4), "step_ms": round(s * 1000, 1),
                             "peak_gib": round(res[key]["peak_gib"], 1)}
             if a.profile:
-                profile.setdefault(variant, {})[key] = {k: res[key][k] for k in ("phases", "kernels") if k in res[key]}
+                profile.setdefault(variant, {})[key] = {k: res[key][k] for k in ("phases", "kernels", "sync_points")
+                                                        if k in res[key]}
         if "tokens_per_s" in row.get("ours", {}) and "tokens_per_s" in row.get("hf_sdpa", {}):
             row["ours_vs_hf_sdpa"] = round(row["ours"]["tokens_per_s"] / row["hf_sdpa"]["tokens_per_s"], 3)
         report["results"][key] = row

@@ -343,3 +343,31 @@ if __name__ == "__main__":
     run_workers(resume_worker, 2, model_dir=model_dir, stop=int(crash_at) + 2, crash_marker=marker,
                 crash_at=int(crash_at), argv=["--save", save_dir, "--load", save_dir, *sys.argv[0:0],
                                               *__import__("json").loads(os.environ["RESUME_ARGV"])])
+
+
+def tp_log_probs_worker(rank, world, port):
+    """Log-probs, entropies and logit gradients of one vocabulary split over TP ranks, in both layouts
+    (dense: every row, one gradient kernel; selected rows in chunks); each rank returns its own."""
+    from megatron.core import parallel_state as ps
+
+    from slime_ref.backends.megatron import initialize
+    from slime_ref.backends.megatron.logprobs import vocab_parallel_log_probs
+
+    initialize.init_distributed(rank, world, master_port=port)
+    ps.initialize_model_parallel(tensor_model_parallel_size=world)
+    try:
+        g = torch.Generator().manual_seed(0)
+        full = 3 * torch.randn(12, 2 * 24, generator=g)  # 45 real columns, 3 of padding on the last rank
+        rows = torch.tensor([1, 2, 3, 7, 8, 11])
+        targets = torch.randint(0, 45, (6,), generator=g)
+        weights = torch.randn(6, generator=g)
+        out = {}
+        for dense in (False, True):
+            local = full[:, rank * 24:(rank + 1) * 24].clone().requires_grad_()
+            log_prob, entropy = vocab_parallel_log_probs(local, rows, targets, vocab_size=45, temperature=0.8,
+                                                         chunk_rows=4, dense=dense)
+            ((log_prob * weights).sum() + entropy.sum()).backward()
+            out[dense] = (log_prob.detach(), entropy.detach(), local.grad)
+        return out
+    finally:
+        initialize.destroy()

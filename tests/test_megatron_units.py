@@ -310,3 +310,19 @@ def test_checkpoint_discovery_follows_the_tracker_and_ignores_partial_saves(tmp_
     (tmp_path / ckpt.TRACKER).write_text("2\n")
     with pytest.raises(UserError, match="iter_0000002, which is missing"):
         ckpt.find_checkpoint(tmp_path)
+
+
+def test_dense_log_probs_under_tp2_equal_the_selected_rows_path_and_log_softmax():
+    from megatron_workers import run_workers, tp_log_probs_worker
+
+    ranks = run_workers(tp_log_probs_worker, 2, timeout=120)
+    for out in ranks:
+        for a, b in zip(out[False], out[True]):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    g = torch.Generator().manual_seed(0)
+    full = 3 * torch.randn(12, 48, generator=g)
+    rows, targets = torch.tensor([1, 2, 3, 7, 8, 11]), torch.randint(0, 45, (6,), generator=g)
+    ref_log_prob, ref_entropy = _reference(full, rows, targets, 45, 0.8)
+    torch.testing.assert_close(ranks[0][True][0].double(), ref_log_prob, rtol=0, atol=2e-6)
+    torch.testing.assert_close(ranks[1][True][1].double(), ref_entropy, rtol=0, atol=1e-5)
+    assert ranks[1][True][2][:, 21:].abs().sum() == 0  # padding columns get no gradient
