@@ -48,27 +48,35 @@ def response_rows(total_lengths: list[int], response_lengths: list[int], device=
 def _chunk_stats(logits, rows, local_target, on_rank, valid_cols: int, temperature: float):
     """[n, 4] per row of one chunk: local max m, sum exp(x - m), target logit (0 off-rank), sum exp(x - m) x.
     ``rows`` None: every row of ``logits``."""
-    x = (logits if rows is None else logits[rows])[:, :valid_cols].float()
-    if temperature != 1.0:
-        x = x / temperature
+    x = _scaled((logits if rows is None else logits[rows])[:, :valid_cols], temperature)
     m = x.amax(dim=-1)
     e = torch.exp(x - m[:, None])
     target = torch.where(on_rank, x.gather(1, local_target[:, None]).squeeze(1), 0.0)
     return torch.stack([m, e.sum(dim=-1), target, (e * x).sum(dim=-1)], dim=-1)
 
 
-@cuda_compiled
-def _chunk_grad(logits, rows, local_target, on_rank, lse, sum_px, grad_log_prob, grad_entropy,
-                valid_cols: int, temperature: float, use_entropy: bool):
-    """d loss / d logits for one chunk of rows, [n, valid_cols] in the logits' dtype."""
-    x = logits[rows, :valid_cols].float()
-    if temperature != 1.0:
-        x = x / temperature
+def _scaled(logits, temperature: float):
+    x = logits.float()
+    return x / temperature if temperature != 1.0 else x
+
+
+def _softmax_grad(x, lse, sum_px, grad_log_prob, grad_entropy, use_entropy: bool):
+    """The gradient's softmax terms for rows x [n, V] (fp32, temperature applied); the target's
+    one-hot term is added by the caller."""
     p = torch.exp(x - lse[:, None])
     # d log p_t / dx_j = [j == t] - p_j ;  d H / dx_j = p_j (sum_k p_k x_k - x_j)
     g = p * (-grad_log_prob[:, None])
     if use_entropy:
         g = g + grad_entropy[:, None] * p * (sum_px[:, None] - x)
+    return g
+
+
+@cuda_compiled
+def _chunk_grad(logits, rows, local_target, on_rank, lse, sum_px, grad_log_prob, grad_entropy,
+                valid_cols: int, temperature: float, use_entropy: bool):
+    """d loss / d logits for one chunk of rows, [n, valid_cols] in the logits' dtype."""
+    x = _scaled(logits[rows, :valid_cols], temperature)
+    g = _softmax_grad(x, lse, sum_px, grad_log_prob, grad_entropy, use_entropy)
     g = g.scatter_add(1, local_target[:, None], (grad_log_prob * on_rank)[:, None])
     if temperature != 1.0:
         g = g / temperature
@@ -80,13 +88,8 @@ def _dense_grad(logits, local_target, on_rank, lse, sum_px, grad_log_prob, grad_
                 valid_cols: int, temperature: float, use_entropy: bool):
     """d loss / d logits for every row, [T, V_local] in the logits' dtype: ``_chunk_grad``'s maths on
     all rows at once (rows with zero incoming gradients get zeros) and zeros in the padding columns."""
-    x = logits.float()
-    if temperature != 1.0:
-        x = x / temperature
-    p = torch.exp(x - lse[:, None])
-    g = p * (-grad_log_prob[:, None])
-    if use_entropy:
-        g = g + grad_entropy[:, None] * p * (sum_px[:, None] - x)
+    x = _scaled(logits, temperature)
+    g = _softmax_grad(x, lse, sum_px, grad_log_prob, grad_entropy, use_entropy)
     cols = torch.arange(x.shape[1], device=x.device)[None, :]
     # the target's one-hot as a comparison, not a scatter, so the whole gradient is one pointwise kernel
     g = g + torch.where(cols == local_target[:, None], (grad_log_prob * on_rank)[:, None], 0.0)
