@@ -10,7 +10,8 @@ Distributed broadcast, as slime's ``update_weight_from_distributed`` does it:
 3. :func:`disconnect_engines`: ``/destroy_weights_update_group`` and the local group is destroyed.
 
 Tensor handles (colocated engines): :func:`serialize_named_tensors` makes the base64 payload SGLang's
-``MultiprocessingSerializer`` makes; :func:`push_tensors` sends it with ``/update_weights_from_tensor``.
+``MultiprocessingSerializer`` makes; :func:`push_serialized` sends it with ``/update_weights_from_tensor``
+(:func:`push_tensors` does both).
 
 Backend: ``nccl`` between GPUs, ``gloo`` on CPU (the built-in engine accepts only gloo).
 """
@@ -162,8 +163,17 @@ async def push_tensors(clients: Sequence[SGLangClient], named_tensors: Iterable[
                        weight_version: str | None = None) -> None:
     """Load HF-named tensors into every engine through ``/update_weights_from_tensor`` (TP 1 each)."""
     payload, keepalive = serialize_named_tensors(named_tensors)
+    await push_serialized(clients, payload, weight_version=weight_version)
+    del keepalive  # the engines have copied the tensors
+
+
+async def push_serialized(clients: Sequence[SGLangClient], payload: str, *, weight_version: str | None = None) -> None:
+    """Send one :func:`serialize_named_tensors` payload to every engine; returns once all have loaded it.
+
+    The trainer serializes on its own thread and only awaits this on the event loop: a torch op on a
+    second thread gives the process a second OpenMP team, and with more OpenMP threads than cores
+    libgomp stops spin-waiting, which makes every later training step markedly slower on CPU."""
     answers = await asyncio.gather(*(c.update_weights_from_tensor([payload], weight_version=weight_version)
                                      for c in clients))
-    del keepalive  # the engines have copied the tensors
     for client, answer in zip(clients, answers):
         _check_success(client, "/update_weights_from_tensor", answer)
