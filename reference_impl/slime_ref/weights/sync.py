@@ -5,8 +5,9 @@ and PP stages (collective), and rank 0 (the sender) gets every tensor under its 
 bucket (``--update-weight-buffer-size`` bytes), and sends it on:
 
 ==================================  ========================================================
-``--colocate``                      tensor handles: ``/update_weights_from_tensor`` (shared memory on
-                                    CPU, CUDA IPC on GPU), no copy through the network
+``--colocate``                      tensor handles: ``/update_weights_from_tensor``, one flattened
+                                    buffer per bucket (shared memory on CPU, CUDA IPC on GPU), no
+                                    copy through the network
 ``--update-weight-transport nccl``  a process group of trainer rank 0 + every engine rank, built
                                     once; per bucket ``/update_weights_from_distributed`` announces
                                     names/dtypes/shapes and rank 0 broadcasts (NCCL on GPU, gloo on CPU)
@@ -86,8 +87,8 @@ class WeightSync:
         if self.transport == "tensor":
             # copied and shared here, on the training thread: torch work stays off the event loop's
             # thread (see weight_transfer.push_serialized)
-            payload, keepalive = wt.serialize_named_tensors(bucket)
-            run(wt.push_serialized(clients, payload, weight_version=weight_version))
+            payload, keepalive = wt.serialize_flattened_bucket(bucket)
+            run(wt.push_serialized(clients, payload, load_format="flattened_bucket", weight_version=weight_version))
             del keepalive  # the engines have copied the tensors
         else:
             run(wt.broadcast_named_tensors(self._group, clients, bucket, weight_version=weight_version,
