@@ -196,27 +196,33 @@ class PhaseClock:
     """The progress callback of ``slime_ref.train.train``: stamps each phase event, and at each logged
     rollout snapshots the CPU seconds used so far by every process of the run, by role."""
 
-    def __init__(self):
+    def __init__(self, skip: int = 1):
         self.events: list[tuple[float, str, int | None, str | None]] = []
         self.cpu: dict[int, dict[str, float]] = {}
+        self.skip = skip
+        self.total: int | None = None
 
     def __call__(self, phase: str, **info) -> None:
         self.events.append((time.perf_counter(), phase, info.get("rollout_id"), info.get("kind")))
         if phase == "logged" and info.get("kind") == "rollout":
-            self.cpu[info["rollout_id"]] = cpu_seconds_by_role()
+            rid = info["rollout_id"]
+            # a snapshot walks every process of the run (several ms, inside the next step's time):
+            # take only the two that cpu_per_step reads once the rollout count is known
+            if self.total is None or rid in (self.skip, self.total - 1):
+                self.cpu[rid] = cpu_seconds_by_role()
 
-    def cpu_per_step(self, skip: int = 1) -> dict[str, float]:
+    def cpu_per_step(self) -> dict[str, float]:
         """CPU seconds per step of each role between the ``skip``-th and the last logged rollout."""
-        ids = sorted(self.cpu)
-        if len(ids) < skip + 2:
+        ids = [i for i in sorted(self.cpu) if i >= self.skip]
+        if len(ids) < 2:
             return {}
-        first, last = self.cpu[ids[skip]], self.cpu[ids[-1]]
-        steps = ids[-1] - ids[skip]
+        first, last = self.cpu[ids[0]], self.cpu[ids[-1]]
+        steps = ids[-1] - ids[0]
         out = {role: (last[role] - first.get(role, 0.0)) / steps for role in last}
         return {k: round(v, 4) for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v > 0.0005}
 
     def set_total(self, total: int) -> None:
-        pass
+        self.total = total
 
     def steps(self) -> list[dict[str, float]]:
         """Per rollout after the first: wall seconds from the previous log to this one, split at the

@@ -447,3 +447,76 @@ def test_unsupported_architecture_is_named(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}))
     with pytest.raises(ValueError, match="GPT2LMHeadModel"):
         ModelRunner(tmp_path)
+
+
+def test_flattened_bucket_round_trips_mixed_dtypes_exactly():
+    from slime_ref.engine.weights import deserialize_flattened_bucket
+    from slime_ref.rollout.weight_transfer import serialize_flattened_bucket
+
+    named = [("a", torch.randn(3, 4)), ("b", torch.randn(6).to(torch.bfloat16)), ("c", torch.tensor([7, -2])),
+             ("d", torch.randn(2, 2, dtype=torch.float64))]
+    payload, keepalive = serialize_flattened_bucket(named)
+    assert keepalive.dtype == torch.uint8 and keepalive.numel() == 48 + 12 + 4 + 16 + 32  # c and d start 16-aligned
+    decoded = deserialize_flattened_bucket(payload)
+    assert [n for n, _ in decoded] == ["a", "b", "c", "d"]
+    for (_, sent), (_, got) in zip(named, decoded):
+        assert got.dtype == sent.dtype and torch.equal(got, sent)
+
+
+def test_flattened_bucket_from_slime_uses_sglang_metadata_class(monkeypatch):
+    # slime pickles sglang's FlattenedTensorMetadata dataclass; the engine must take it without sglang
+    import dataclasses
+    import types
+
+    from slime_ref.engine.weights import deserialize_flattened_bucket
+    from slime_ref.rollout.weight_transfer import _share_and_encode
+
+    @dataclasses.dataclass
+    class FlattenedTensorMetadata:
+        name: str
+        shape: torch.Size
+        dtype: torch.dtype
+        start_idx: int
+        end_idx: int
+        numel: int
+
+    path = "sglang.srt.weight_sync.tensor_bucket"
+    FlattenedTensorMetadata.__module__, FlattenedTensorMetadata.__qualname__ = path, "FlattenedTensorMetadata"
+    for i, part in enumerate(path.split(".")):
+        module = types.ModuleType(".".join(path.split(".")[: i + 1]))
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    sys.modules[path].FlattenedTensorMetadata = FlattenedTensorMetadata
+    weight = torch.randn(2, 3)
+    payload = _share_and_encode({"flattened_tensor": weight.reshape(-1).view(torch.uint8).clone(),
+                                 "metadata": [FlattenedTensorMetadata("w", weight.shape, torch.float32, 0, 24, 24)]})
+    monkeypatch.delitem(sys.modules, path)  # decoding must not need it
+    [(name, got)] = deserialize_flattened_bucket(payload)
+    assert name == "w" and torch.equal(got, weight)
+
+
+@pytest.mark.parametrize("start,end,message", [(0, 20, "do not hold a torch.float32 tensor of shape (2, 3)"),
+                                               (8, 32, "of a 24-byte buffer")])
+def test_flattened_bucket_with_wrong_offsets_is_refused(start, end, message):
+    from types import SimpleNamespace
+
+    from slime_ref.engine.weights import deserialize_flattened_bucket
+    from slime_ref.rollout.weight_transfer import _share_and_encode
+
+    flat = torch.zeros(24, dtype=torch.uint8)
+    meta = SimpleNamespace(name="w", shape=torch.Size([2, 3]), dtype=torch.float32, start_idx=start, end_idx=end,
+                           numel=end - start)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        deserialize_flattened_bucket(_share_and_encode({"flattened_tensor": flat, "metadata": [meta]}))
+
+
+def test_flattened_bucket_with_an_unaligned_tensor_still_decodes():
+    from types import SimpleNamespace
+
+    from slime_ref.engine.weights import deserialize_flattened_bucket
+    from slime_ref.rollout.weight_transfer import _share_and_encode
+
+    weight = torch.randn(2, 3)
+    flat = torch.cat([torch.zeros(2, dtype=torch.uint8), weight.reshape(-1).view(torch.uint8)])
+    meta = SimpleNamespace(name="w", shape=weight.shape, dtype=torch.float32, start_idx=2, end_idx=26, numel=24)
+    [(_, got)] = deserialize_flattened_bucket(_share_and_encode({"flattened_tensor": flat, "metadata": [meta]}))
+    assert torch.equal(got, weight)

@@ -148,6 +148,36 @@ def test_three_weight_updates_reach_every_engine_exactly(servers, tiny, tmp_path
     assert (torch.tensor(out.output_log_probs) - expected).abs().max().item() < 1e-5
 
 
+def test_a_flattened_bucket_loads_exactly_what_per_tensor_handles_load(servers, tiny):
+    urls = servers.engine_urls
+    named = [(n, p.detach()) for n, p in perturbed_model(tiny.model_dir, seed=4).named_parameters()]
+    other = [(n, p.detach()) for n, p in perturbed_model(tiny.model_dir, seed=5).named_parameters()]
+
+    def push(tensors, version, flattened):
+        async def go():
+            clients = [SGLangClient(u) for u in urls]
+            try:
+                if flattened:
+                    payload, keepalive = weight_transfer.serialize_flattened_bucket(tensors)
+                    await weight_transfer.push_serialized(clients, payload, load_format="flattened_bucket",
+                                                          weight_version=version)
+                else:
+                    await weight_transfer.push_tensors(clients, tensors, weight_version=version)
+            finally:
+                for c in clients:
+                    await c.close()
+
+        asyncio.run(go())
+
+    push(named, "per-tensor", flattened=False)
+    per_tensor = _scores(urls, "per-tensor")
+    push(other, "other", flattened=True)
+    assert not torch.equal(_scores(urls, "other")[0], per_tensor[0])
+    push(named, "flattened", flattened=True)
+    for a, b in zip(per_tensor, _scores(urls, "flattened")):
+        assert torch.equal(a, b)
+
+
 def test_bad_weight_updates_are_refused_and_change_nothing(servers, tiny, tmp_path):
     url = servers.engine_urls[0]
 
@@ -156,8 +186,10 @@ def test_bad_weight_updates_are_refused_and_change_nothing(servers, tiny, tmp_pa
             before = await c.generate(SEQUENCE, {"max_new_tokens": 0}, logprob_start_len=0)
             wrong = [("model.layers.0.mlp.up_proj.weight", torch.zeros(3, 3)), ("model.norm.weight", torch.ones(128))]
             errors = []
+            payload, keepalive = weight_transfer.serialize_flattened_bucket(wrong)
             for call in (weight_transfer.push_tensors([c], wrong),
-                         c.update_weights_from_disk(str(tmp_path / "missing"))):
+                         c.update_weights_from_disk(str(tmp_path / "missing")),
+                         weight_transfer.push_serialized([c], payload, load_format="flattened_bucket")):
                 with pytest.raises(EngineError) as err:
                     await call
                 errors.append(str(err.value))
@@ -167,6 +199,7 @@ def test_bad_weight_updates_are_refused_and_change_nothing(servers, tiny, tmp_pa
     before, after, errors = asyncio.run(go())
     assert "has shape (3, 3), the model expects (384, 128)" in errors[0]
     assert "no *.safetensors files" in errors[1]
+    assert "has shape (3, 3), the model expects (384, 128)" in errors[2]
     assert before.input_log_probs == after.input_log_probs
 
 

@@ -174,6 +174,14 @@ def test_each_weight_update_is_seen_in_logprobs(live, tmp_path):
     call(live, lambda c: weight_transfer.push_tensors([c], named, weight_version="2"))
     current = _check_update(live, ids, model, current, "2")
 
+    # tensor handles as one flattened bucket (SGLang's flattened_bucket load format, what colocated sync sends)
+    model = perturbed_model(live.model_dir, seed=14, round_to=live.dtype)
+    named = [(n, p.detach().to(device=device, dtype=live.dtype)) for n, p in model.named_parameters()]
+    payload, keepalive = weight_transfer.serialize_flattened_bucket(named)
+    call(live, lambda c: weight_transfer.push_serialized([c], payload, load_format="flattened_bucket",
+                                                         weight_version="2f"))
+    current = _check_update(live, ids, model, current, "2f")
+
     # distributed broadcast from a trainer-side rank 0
     model = perturbed_model(live.model_dir, seed=13, round_to=live.dtype)
     backend = os.environ.get("SLIME_REF_GPU_BROADCAST_BACKEND", "gloo")

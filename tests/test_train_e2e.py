@@ -127,9 +127,18 @@ def test_sigkill_mid_run_then_resume_trains_on_the_same_prompts(tiny, tmp_path):
                 (save / "latest_checkpointed_iteration.txt").read_text().strip() not in ("", "0", "1"):
             break
         time.sleep(0.2)
+    # the run's processes, Ray's workers included: a training actor outside the process group that
+    # outlived the kill could finish a checkpoint after `saved` is read below
+    tree = [proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))]
     os.killpg(proc.pid, signal.SIGKILL)
+    for pid in tree[1:]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     proc.wait(timeout=30)
-    _wait_gone(proc.pid)
+    for pid in tree:
+        _wait_gone(pid)
     saved = int((save / "latest_checkpointed_iteration.txt").read_text())  # the last rollout saved
     assert saved < 5, "the kill came too late to interrupt the run"
 

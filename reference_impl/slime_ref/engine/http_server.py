@@ -21,7 +21,7 @@ from slime_ref import __version__
 from slime_ref.engine.model_runner import ModelRunner
 from slime_ref.engine.sampling import SamplingParams
 from slime_ref.engine.scheduler import Request, Scheduler, new_rid
-from slime_ref.engine.weights import WeightUpdateGroups, deserialize_named_tensors
+from slime_ref.engine.weights import WeightUpdateGroups, deserialize_flattened_bucket, deserialize_named_tensors
 
 logger = logging.getLogger(__name__)
 
@@ -479,12 +479,14 @@ class EngineServer:
         if not isinstance(payloads, list) or not payloads:
             raise RouteError("/update_weights_from_tensor: serialized_named_tensors must be a list with one "
                              "entry per TP rank")
-        if body.get("load_format") is not None:
-            raise RouteError(f"/update_weights_from_tensor: load_format {body['load_format']!r} is not "
-                             "implemented by the built-in engine (send [(name, tensor), ...])")
+        load_format = body.get("load_format")
+        if load_format not in (None, "flattened_bucket"):
+            raise RouteError(f"/update_weights_from_tensor: load_format {load_format!r} is not implemented by the "
+                             "built-in engine (send [(name, tensor), ...] or a flattened bucket)")
+        decode = deserialize_flattened_bucket if load_format == "flattened_bucket" else deserialize_named_tensors
 
         def load():
-            self.runner.load_named_tensors(deserialize_named_tensors(payloads[0]))  # the built-in engine is TP 1
+            self.runner.load_named_tensors(decode(payloads[0]))  # the built-in engine is TP 1
 
         return await self._apply_update(body, load, "Success")
 

@@ -5,7 +5,9 @@ SGLang's ``MultiprocessingSerializer.serialize(named_tensors, output_str=True)``
 a ``ForkingPickler`` dump of ``[(hf_name, tensor), ...]``. The tensors stay in the sender's memory
 (CUDA IPC handles on a GPU; on CPU, shared-memory files, torch's ``file_system`` sharing strategy)
 and only handles travel over HTTP. Entry ``i`` is for TP rank ``i``; the built-in engine is TP 1.
-Unpickling is restricted to torch's tensor-rebuild functions, as SGLang restricts it.
+With ``load_format="flattened_bucket"`` the entry is instead SGLang's ``FlattenedTensorBucket`` dict:
+one uint8 buffer holding every tensor's bytes plus per-tensor metadata (what slime sends). Unpickling
+is restricted to torch's tensor-rebuild functions and those metadata entries, as SGLang restricts it.
 
 Distributed broadcast (``/init_weights_update_group`` + ``/update_weights_from_distributed``): the
 trainer is rank 0 of a dedicated group and broadcasts each tensor; the engine allocates empty
@@ -20,6 +22,7 @@ import io
 import pickle
 import threading
 from datetime import timedelta
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -29,6 +32,8 @@ from slime_ref.utils.process_group import init_custom_process_group, tcp_init_me
 
 class _TensorHandleUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
+        if (module, name) in _BUCKET_METADATA_CLASSES:
+            return SimpleNamespace  # read by attribute, as SGLang reads it
         allowed = (
             (module == "torch.multiprocessing.reductions" and name.startswith("rebuild_"))
             or (module == "torch.storage" and name in ("UntypedStorage", "TypedStorage"))
@@ -43,15 +48,56 @@ class _TensorHandleUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def deserialize_named_tensors(payload: str) -> list[tuple[str, torch.Tensor]]:
-    """Decode one ``serialized_named_tensors`` entry into ``[(hf_name, tensor), ...]``."""
-    import torch.multiprocessing
+# the metadata entries of a flattened bucket: slime sends SGLang's dataclass, slime-ref a SimpleNamespace
+_BUCKET_METADATA_CLASSES = {("sglang.srt.weight_sync.tensor_bucket", "FlattenedTensorMetadata"),
+                            ("types", "SimpleNamespace")}
+
+
+def _load_payload(payload: str):
+    import torch.multiprocessing  # noqa: F401  (registers the rebuild functions the payload names)
 
     try:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError, TypeError) as e:
         raise ValueError(f"serialized_named_tensors entries must be base64 strings: {e}") from None
-    named = _TensorHandleUnpickler(io.BytesIO(data)).load()
+    return _TensorHandleUnpickler(io.BytesIO(data)).load()
+
+
+def deserialize_flattened_bucket(payload: str) -> list[tuple[str, torch.Tensor]]:
+    """Decode one entry sent with ``load_format="flattened_bucket"`` (SGLang's ``FlattenedTensorBucket``:
+    ``{"flattened_tensor": uint8 buffer, "metadata": [name, shape, dtype, start_idx, end_idx, numel]}``,
+    offsets in bytes) into ``[(hf_name, tensor), ...]``: views of the shared buffer, no copy (unless
+    a tensor's bytes are not aligned to its dtype)."""
+    bucket = _load_payload(payload)
+    if not (isinstance(bucket, dict) and isinstance(bucket.get("flattened_tensor"), torch.Tensor)
+            and isinstance(bucket.get("metadata"), (list, tuple))):
+        raise ValueError("a flattened bucket must decode to {'flattened_tensor': tensor, 'metadata': [...]}")
+    flat = bucket["flattened_tensor"]
+    if flat.dtype != torch.uint8 or flat.dim() != 1:
+        raise ValueError(f"flattened_tensor must be a 1-D uint8 buffer, got {flat.dtype} {tuple(flat.shape)}")
+    named = []
+    for meta in bucket["metadata"]:
+        try:
+            name, shape, dtype = meta.name, torch.Size(meta.shape), meta.dtype
+            start, end = int(meta.start_idx), int(meta.end_idx)
+        except (AttributeError, TypeError, ValueError) as e:
+            raise ValueError(f"flattened bucket metadata entry {meta!r}: {e}") from None
+        if not isinstance(name, str) or not isinstance(dtype, torch.dtype):
+            raise ValueError(f"flattened bucket metadata entry {meta!r}: name must be a str and dtype a torch dtype")
+        expected = shape.numel() * flat.new_empty((), dtype=dtype).element_size()
+        if not 0 <= start <= end <= flat.numel() or end - start != expected:
+            raise ValueError(f"weight {name!r}: bytes [{start}, {end}) of a {flat.numel()}-byte buffer do not hold "
+                             f"a {dtype} tensor of shape {tuple(shape)}")
+        data = flat[start:end]
+        if start % max(1, data.new_empty((), dtype=dtype).element_size()):
+            data = data.clone()  # a sender that did not align this tensor: view a copy of its bytes
+        named.append((name, data.view(dtype).reshape(shape)))
+    return named
+
+
+def deserialize_named_tensors(payload: str) -> list[tuple[str, torch.Tensor]]:
+    """Decode one ``serialized_named_tensors`` entry into ``[(hf_name, tensor), ...]``."""
+    named = _load_payload(payload)
     if not isinstance(named, (list, tuple)) or not all(
         isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)
         and isinstance(item[1], torch.Tensor) for item in named

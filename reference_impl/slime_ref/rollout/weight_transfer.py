@@ -10,7 +10,10 @@ Distributed broadcast, as slime's ``update_weight_from_distributed`` does it:
 3. :func:`disconnect_engines`: ``/destroy_weights_update_group`` and the local group is destroyed.
 
 Tensor handles (colocated engines): :func:`serialize_named_tensors` makes the base64 payload SGLang's
-``MultiprocessingSerializer`` makes; :func:`push_tensors` sends it with ``/update_weights_from_tensor``.
+``MultiprocessingSerializer`` makes (one shared tensor per weight), :func:`serialize_flattened_bucket`
+the one of SGLang's ``flattened_bucket`` load format (one shared buffer per bucket, what slime sends);
+:func:`push_serialized` sends either with ``/update_weights_from_tensor`` (:func:`push_tensors`
+serializes per weight and sends).
 
 Backend: ``nccl`` between GPUs, ``gloo`` on CPU (the built-in engine accepts only gloo).
 """
@@ -22,6 +25,7 @@ import base64
 import io
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import timedelta
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -30,6 +34,7 @@ from slime_ref.rollout.sglang_client import DEFAULT_GROUP_NAME, EngineError, SGL
 from slime_ref.utils.process_group import init_custom_process_group, tcp_init_method
 
 DEFAULT_BUCKET_BYTES = 512 * 1024**2  # slime's --update-weight-buffer-size default
+_BUCKET_ALIGN = 16  # bytes; a multiple of every dtype's size
 
 
 def _check_success(client: SGLangClient, route: str, answer: dict) -> None:
@@ -143,27 +148,75 @@ def serialize_named_tensors(named_tensors: Iterable[tuple[str, torch.Tensor]]) -
     unrelated process can open); CUDA copies travel as CUDA IPC handles. Returns the payload and the
     copies: keep the copies alive until the engine has answered.
     """
+    copies = [(name, tensor.detach().clone()) for name, tensor in named_tensors]
+    return _share_and_encode(copies), [t for _, t in copies]
+
+
+def serialize_flattened_bucket(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> tuple[str, torch.Tensor]:
+    """The payload of ``/update_weights_from_tensor`` with ``load_format="flattened_bucket"``, as slime
+    sends it: one buffer with every tensor's bytes back to back (SGLang's ``FlattenedTensorBucket``
+    layout, any mix of dtypes, each tensor starting 16-byte aligned), so one shared-memory file or
+    CUDA IPC handle carries the whole bucket.
+
+    The payload decodes to ``{"flattened_tensor": uint8 [total bytes], "metadata": [...]}``, one
+    metadata entry per tensor with SGLang's fields (``name``, ``shape``, ``dtype``, ``start_idx``,
+    ``end_idx``, ``numel``, offsets and counts in bytes). The entries are ``types.SimpleNamespace``
+    objects, which SGLang's restricted unpickler admits and reads by attribute, so the trainer does
+    not need SGLang installed. Returns the payload and the buffer: keep it alive until the engines
+    have answered.
+    """
+    metadata, parts, offset = [], [], 0
+    for name, tensor in named_tensors:
+        data = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+        gap = -offset % _BUCKET_ALIGN  # each tensor starts aligned, so the receiver can view its bytes as its dtype
+        if gap:
+            parts.append(data.new_zeros(gap))
+            offset += gap
+        metadata.append(SimpleNamespace(name=name, shape=tensor.shape, dtype=tensor.dtype, start_idx=offset,
+                                        end_idx=offset + data.numel(), numel=data.numel()))
+        parts.append(data)
+        offset += data.numel()
+    if not parts:
+        raise ValueError("a flattened bucket needs at least one tensor")
+    flat = torch.cat(parts)  # a new buffer: the caller's tensors are never moved into shared memory
+    return _share_and_encode({"flattened_tensor": flat, "metadata": metadata}), flat
+
+
+def _share_and_encode(obj) -> str:
+    """``obj`` pickled with torch's tensor sharing (CPU: ``file_system`` shared memory), base64."""
     from multiprocessing.reduction import ForkingPickler
 
     import torch.multiprocessing as mp
 
-    copies = [(name, tensor.detach().clone()) for name, tensor in named_tensors]
     previous = mp.get_sharing_strategy()
     mp.set_sharing_strategy("file_system")
     try:
         buffer = io.BytesIO()
-        ForkingPickler(buffer).dump(copies)
+        ForkingPickler(buffer).dump(obj)
     finally:
         mp.set_sharing_strategy(previous)
-    return base64.b64encode(buffer.getvalue()).decode("ascii"), [t for _, t in copies]
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 async def push_tensors(clients: Sequence[SGLangClient], named_tensors: Iterable[tuple[str, torch.Tensor]], *,
                        weight_version: str | None = None) -> None:
     """Load HF-named tensors into every engine through ``/update_weights_from_tensor`` (TP 1 each)."""
     payload, keepalive = serialize_named_tensors(named_tensors)
-    answers = await asyncio.gather(*(c.update_weights_from_tensor([payload], weight_version=weight_version)
-                                     for c in clients))
+    await push_serialized(clients, payload, weight_version=weight_version)
     del keepalive  # the engines have copied the tensors
+
+
+async def push_serialized(clients: Sequence[SGLangClient], payload: str, *, load_format: str | None = None,
+                          weight_version: str | None = None) -> None:
+    """Send one payload of :func:`serialize_named_tensors` (``load_format`` None) or
+    :func:`serialize_flattened_bucket` (``"flattened_bucket"``) to every engine; returns once all
+    have loaded it.
+
+    The trainer serializes on its own thread and only awaits this on the event loop: a torch op on a
+    second thread gives the process a second OpenMP team, and with more OpenMP threads than cores
+    libgomp stops spin-waiting, which makes every later training step markedly slower on CPU."""
+    answers = await asyncio.gather(*(c.update_weights_from_tensor([payload], load_format=load_format,
+                                                                  weight_version=weight_version)
+                                     for c in clients))
     for client, answer in zip(clients, answers):
         _check_success(client, "/update_weights_from_tensor", answer)

@@ -5,8 +5,9 @@ and PP stages (collective), and rank 0 (the sender) gets every tensor under its 
 bucket (``--update-weight-buffer-size`` bytes), and sends it on:
 
 ==================================  ========================================================
-``--colocate``                      tensor handles: ``/update_weights_from_tensor`` (shared memory on
-                                    CPU, CUDA IPC on GPU), no copy through the network
+``--colocate``                      tensor handles: ``/update_weights_from_tensor``, one flattened
+                                    buffer per bucket (shared memory on CPU, CUDA IPC on GPU), no
+                                    copy through the network
 ``--update-weight-transport nccl``  a process group of trainer rank 0 + every engine rank, built
                                     once; per bucket ``/update_weights_from_distributed`` announces
                                     names/dtypes/shapes and rank 0 broadcasts (NCCL on GPU, gloo on CPU)
@@ -75,19 +76,23 @@ class WeightSync:
                 if not self.is_sender:
                     continue  # the export is collective; only rank 0 sends
                 num_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
-                run(self._send(clients, bucket, weight_version))
+                self._send(clients, bucket, weight_version)
         if self.is_sender:
             run(self._all(engine_urls, "continue_generation"))
         return {"perf/update_weights_time": time.perf_counter() - start, "perf/update_weights_bytes": num_bytes}
 
-    async def _send(self, clients, bucket, weight_version: str) -> None:
+    def _send(self, clients, bucket, weight_version: str) -> None:
         from slime_ref.rollout import weight_transfer as wt
 
         if self.transport == "tensor":
-            await wt.push_tensors(clients, bucket, weight_version=weight_version)
+            # copied and shared here, on the training thread: torch work stays off the event loop's
+            # thread (see weight_transfer.push_serialized)
+            payload, keepalive = wt.serialize_flattened_bucket(bucket)
+            run(wt.push_serialized(clients, payload, load_format="flattened_bucket", weight_version=weight_version))
+            del keepalive  # the engines have copied the tensors
         else:
-            await wt.broadcast_named_tensors(self._group, clients, bucket, weight_version=weight_version,
-                                             bucket_bytes=self.args.update_weight_buffer_size)
+            run(wt.broadcast_named_tensors(self._group, clients, bucket, weight_version=weight_version,
+                                           bucket_bytes=self.args.update_weight_buffer_size))
 
     def _connect(self, engine_urls: list[str]) -> None:
         """Build the trainer + engines group once (again only if the engine set changed)."""
