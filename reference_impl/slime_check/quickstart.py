@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -150,6 +151,50 @@ Next steps toward a real slime run:
   5. bash run.sh                  then watch rollout/raw_reward and train/ppo_kl as in this run"""
 
 
+class InterruptLatch:
+    """Ctrl-C stops the quick start even when Python swallows the first KeyboardInterrupt.
+
+    A KeyboardInterrupt raised while the interpreter runs a finalizer (``__del__``, a weakref
+    callback, garbage collection) is printed as "Exception ignored" and dropped, and the run would
+    go on to the end. SIGINT therefore also sets a latch, and every phase event of the run checks
+    it (``guard``), so the run stops at its next phase at the latest.
+    """
+
+    def __init__(self):
+        self.interrupted = False
+        self._previous = None
+
+    def _handle(self, signum, frame):
+        self.interrupted = True
+        raise KeyboardInterrupt
+
+    def guard(self, progress) -> _Guarded:
+        """``progress`` (a run's phase-event callable), raising KeyboardInterrupt once interrupted."""
+        return _Guarded(self, progress)
+
+    def __enter__(self) -> InterruptLatch:
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+
+class _Guarded:
+    """A phase-event callable that first checks the latch; its other attributes are the display's."""
+
+    def __init__(self, latch: InterruptLatch, progress):
+        self._latch, self._progress = latch, progress
+
+    def __call__(self, *args, **kwargs):
+        if self._latch.interrupted:
+            raise KeyboardInterrupt
+        return self._progress(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._progress, name)
+
+
 def run_quickstart(out: Path, cfg: QuickstartConfig, force: bool, console) -> dict:
     from rich.table import Table
 
@@ -195,23 +240,24 @@ def run_quickstart(out: Path, cfg: QuickstartConfig, force: bool, console) -> di
 
     started_ray = init_ray(min_cpus=4, object_store_mb=1024, temp_dir=str(out / "ray"))
     try:
-        # 3. warm-up
-        from slime_ref.train import train
+        with InterruptLatch() as latch:
+            # 3. warm-up
+            from slime_ref.train import train
 
-        start = time.perf_counter()
-        console.rule("[bold]3/5  supervised warm-up (--loss-type sft_loss)")
-        args = parse_args(warmup_argv(cfg, assets, out))
-        with RunDisplay(console, args.num_rollout, "warm-up") as display:
-            train(args, progress=display)
-        phase_s["warmup"] = time.perf_counter() - start
+            start = time.perf_counter()
+            console.rule("[bold]3/5  supervised warm-up (--loss-type sft_loss)")
+            args = parse_args(warmup_argv(cfg, assets, out))
+            with RunDisplay(console, args.num_rollout, "warm-up") as display:
+                train(args, progress=latch.guard(display))
+            phase_s["warmup"] = time.perf_counter() - start
 
-        # 4. GRPO
-        start = time.perf_counter()
-        console.rule("[bold]4/5  GRPO: engines behind sglang-router, Megatron actor, weight sync")
-        args = parse_args(grpo_argv(cfg, assets, out))
-        with RunDisplay(console, args.num_rollout, "GRPO") as display:
-            grpo = train(args, progress=display)
-        phase_s["grpo"] = time.perf_counter() - start
+            # 4. GRPO
+            start = time.perf_counter()
+            console.rule("[bold]4/5  GRPO: engines behind sglang-router, Megatron actor, weight sync")
+            args = parse_args(grpo_argv(cfg, assets, out))
+            with RunDisplay(console, args.num_rollout, "GRPO") as display:
+                grpo = train(args, progress=latch.guard(display))
+            phase_s["grpo"] = time.perf_counter() - start
     finally:
         if started_ray:
             ray.shutdown()
