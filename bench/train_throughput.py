@@ -395,8 +395,8 @@ def variant_setup(variant: str):
         setattr(owner, attr, value)
 
     if variant == "ours_eager":
-        for module, name in [(layers, "rms_norm"), (layers, "apply_rope"), (logprobs, "_chunk_stats"),
-                             (logprobs, "_chunk_grad")]:
+        for module, name in [(layers, "rms_norm"), (layers, "norm_rope_qk"), (logprobs, "_chunk_stats"),
+                             (logprobs, "_chunk_grad"), (logprobs, "_dense_grad")]:
             patch(module, name, getattr(module, name).__wrapped__)
         build = actor_module.transformer_config
         patch(actor_module, "transformer_config", lambda arch, args: build(arch, args, use_gpu_fusions=False))

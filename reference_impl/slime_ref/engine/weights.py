@@ -84,12 +84,11 @@ def deserialize_flattened_bucket(payload: str) -> list[tuple[str, torch.Tensor]]
             raise ValueError(f"flattened bucket metadata entry {meta!r}: {e}") from None
         if not isinstance(name, str) or not isinstance(dtype, torch.dtype):
             raise ValueError(f"flattened bucket metadata entry {meta!r}: name must be a str and dtype a torch dtype")
-        expected = shape.numel() * flat.new_empty((), dtype=dtype).element_size()
-        if not 0 <= start <= end <= flat.numel() or end - start != expected:
+        if not 0 <= start <= end <= flat.numel() or end - start != shape.numel() * dtype.itemsize:
             raise ValueError(f"weight {name!r}: bytes [{start}, {end}) of a {flat.numel()}-byte buffer do not hold "
                              f"a {dtype} tensor of shape {tuple(shape)}")
         data = flat[start:end]
-        if start % max(1, data.new_empty((), dtype=dtype).element_size()):
+        if start % dtype.itemsize:
             data = data.clone()  # a sender that did not align this tensor: view a copy of its bytes
         named.append((name, data.view(dtype).reshape(shape)))
     return named

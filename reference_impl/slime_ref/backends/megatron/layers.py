@@ -151,7 +151,6 @@ class RopeConfig:
         raise ValueError(f"unsupported rope_type {kind!r}")
 
 
-@cuda_compiled
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x: [T, heads, D]; cos, sin: [T, 1, D] in x's dtype. HF's rotate-half convention."""
     half = x.shape[-1] // 2
@@ -166,7 +165,7 @@ def norm_rope_qk(q, k, cos, sin, q_weight, k_weight, eps: float):
     if q_weight is not None:
         q = rms_norm.__wrapped__(q, q_weight, eps)
         k = rms_norm.__wrapped__(k, k_weight, eps)
-    return apply_rope.__wrapped__(q, cos, sin), apply_rope.__wrapped__(k, cos, sin)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
 
 @dataclass
