@@ -11,12 +11,12 @@ import threading
 
 from aiohttp import web
 from slime_ref.engine.http_server import EngineConfig, EngineServer
-from slime_ref.rollout.servers import free_port
+from slime_ref.utils.net import allocate_port
 
 
 class InProcessEngine:
     def __init__(self, model_dir, **config):
-        self.config = EngineConfig(model_path=str(model_dir), host="127.0.0.1", port=free_port(), **config)
+        self.config = EngineConfig(model_path=str(model_dir), host="127.0.0.1", port=allocate_port(), **config)
         self.url = f"http://127.0.0.1:{self.config.port}"
         self.server: EngineServer | None = None
         self._loop = asyncio.new_event_loop()

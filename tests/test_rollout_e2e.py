@@ -11,7 +11,8 @@ import torch
 from _reference import hf_logprobs, perturbed_model
 from slime_ref.errors import UserError
 from slime_ref.rollout import weight_transfer
-from slime_ref.rollout.servers import RolloutServers, free_port, passthrough_flags
+from slime_ref.rollout.servers import RolloutServers, passthrough_flags
+from slime_ref.utils.net import allocate_port
 from slime_ref.rollout.sglang_client import EngineError, SGLangClient
 from transformers import AutoModelForCausalLM
 
@@ -119,7 +120,7 @@ def test_three_weight_updates_reach_every_engine_exactly(servers, tiny, tmp_path
     model = perturbed_model(tiny.model_dir, seed=2)
 
     async def distributed(clients):
-        group = await weight_transfer.connect_engines(clients, master_address="127.0.0.1", master_port=free_port(),
+        group = await weight_transfer.connect_engines(clients, master_address="127.0.0.1", master_port=allocate_port(),
                                                       backend="gloo")
         sent = await weight_transfer.broadcast_named_tensors(group, clients, model.named_parameters(),
                                                              weight_version="2", bucket_bytes=300_000)

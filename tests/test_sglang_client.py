@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 from aiohttp import web
-from slime_ref.rollout.servers import free_port
+from slime_ref.utils.net import allocate_port
 from slime_ref.rollout.sglang_client import EngineError, SGLangClient, parse_generate_response
 
 
@@ -16,13 +16,13 @@ async def serve(handler, path="/{tail:.*}"):
     app.router.add_route("*", path, handler)
     runner = web.AppRunner(app)
     await runner.setup()
-    port = free_port()
+    port = allocate_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     return f"http://127.0.0.1:{port}", runner
 
 
 def test_nothing_listening_is_a_named_error_after_the_retries():
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{allocate_port()}"
 
     async def go():
         async with SGLangClient(url, retries=2, backoff_s=0.01) as c:
@@ -120,7 +120,7 @@ def test_flush_cache_waits_out_in_flight_requests():
 
 
 def test_a_client_belongs_to_one_event_loop():
-    client = SGLangClient(f"http://127.0.0.1:{free_port()}", retries=0)
+    client = SGLangClient(f"http://127.0.0.1:{allocate_port()}", retries=0)
     asyncio.run(client.health())
     with pytest.raises(RuntimeError, match="another event loop"):
         asyncio.run(client._call("GET", "/health"))

@@ -28,8 +28,8 @@ from slime_ref.rollout.servers import (
     SGLANG_CUDA_GRAPH_FLAGS,
     SGLANG_OFFLINE_GPU_FLAGS,
     RolloutServers,
-    free_port,
 )
+from slime_ref.utils.net import allocate_port
 from slime_ref.rollout.sglang_client import SGLangClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -189,7 +189,7 @@ def test_each_weight_update_is_seen_in_logprobs(live, tmp_path):
     named = [(n, p.detach().to(device=device, dtype=live.dtype)) for n, p in model.named_parameters()]
 
     async def broadcast(c):
-        group = await weight_transfer.connect_engines([c], master_address="127.0.0.1", master_port=free_port(),
+        group = await weight_transfer.connect_engines([c], master_address="127.0.0.1", master_port=allocate_port(),
                                                       backend=backend)
         await weight_transfer.broadcast_named_tensors(group, [c], named, weight_version="3", bucket_bytes=1 << 20)
         await weight_transfer.disconnect_engines(group, [c])

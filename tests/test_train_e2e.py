@@ -177,9 +177,9 @@ def test_help_lists_slime_flags():
 
 def test_joins_a_separately_started_ray_head(tiny, tmp_path):
     """Multi-node goes through an existing cluster: `ray start --head`, then RAY_ADDRESS."""
-    from slime_ref.rollout.servers import free_port
+    from slime_ref.utils.net import allocate_port
 
-    port = free_port()
+    port = allocate_port()
     # a short path: Ray's socket paths under it must fit the 107-byte Unix limit
     ray_dir = tempfile.mkdtemp(prefix="ray-join-", dir="/tmp")
     ray_bin = str(Path(sys.executable).with_name("ray"))

@@ -49,8 +49,8 @@ class EngineActor:
         self.servers = None
 
     def start(self) -> str:
-        from slime_ref.ray.train_actor import node_address
         from slime_ref.rollout.servers import RolloutServers
+        from slime_ref.utils.net import node_address
 
         args = self.args
         engine = resolve_engine(args)
@@ -124,7 +124,7 @@ class RolloutManager:
         args.rollout_engine_urls = list(self.engine_urls)
 
     def _host(self) -> str:
-        from slime_ref.ray.train_actor import node_address
+        from slime_ref.utils.net import node_address
 
         return node_address()
 

@@ -8,11 +8,11 @@ trainer side of the weight sync (:mod:`slime_ref.weights`).
 from __future__ import annotations
 
 import logging
-import os
 
 import ray
 
 from slime_ref.ray.placement import Placement, scheduling
+from slime_ref.utils.net import allocate_port, node_address
 
 logger = logging.getLogger(__name__)
 
@@ -23,12 +23,10 @@ class TrainActor:
     """One training rank. Created by :class:`TrainGroup` with Ray resources from its bundle."""
 
     def __init__(self, world_size: int, rank: int, master_addr: str | None, master_port: int | None):
-        from slime_ref.rollout.servers import free_port
-
         self.world_size, self.rank = world_size, rank
         if master_addr is None:
             master_addr = node_address()
-            master_port = free_port(master_addr)
+            master_port = allocate_port(master_addr)
         self.master_addr, self.master_port = master_addr, master_port
         self.actor = None
         self.weight_sync = None
@@ -75,13 +73,6 @@ class TrainActor:
     def shutdown(self) -> None:
         if self.weight_sync is not None:
             self.weight_sync.close()
-
-
-def node_address() -> str:
-    """The address other nodes reach this one at: loopback on a private local cluster."""
-    if not os.environ.get("RAY_ADDRESS"):
-        return "127.0.0.1"
-    return ray.util.get_node_ip_address()
 
 
 class TrainGroup:

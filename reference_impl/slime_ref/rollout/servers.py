@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from slime_ref.errors import UserError
+from slime_ref.utils.net import SGLANG_DERIVED_PORT_OFFSETS, allocate_port, port_allocator
 
 logger = logging.getLogger(__name__)
 
@@ -104,12 +105,6 @@ def _drop_flags(flags: list[str], keep: set[str]) -> tuple[list[str], list[str]]
         if keeping:
             kept.append(token)
     return kept, dropped
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _http_get(url: str, timeout: float) -> tuple[int, str]:
@@ -205,6 +200,8 @@ class RolloutServers:
         self.router: ManagedProcess | None = None
         self.router_url: str | None = None
         self._atexit_registered = False
+        self._ports: list[int] = []
+        self._router_ports: list[int] = []
 
     # ------------------------------------------------------------------------------------------
 
@@ -226,7 +223,9 @@ class RolloutServers:
             self._atexit_registered = True
         try:
             for i in range(self.num_engines):
-                port = free_port(self.host)
+                # from slime's port range, with every port SGLang derives from it free and valid
+                port = allocate_port(self.host, derived=SGLANG_DERIVED_PORT_OFFSETS)
+                self._ports.append(port)
                 name = self.log_name if self.num_engines == 1 else f"{self.log_name}-{i}"
                 self.engines.append(spawn(name, self._engine_command(i, port), self.log_dir, self.env))
                 self.engine_urls.append(f"http://{self._url_host()}:{port}")
@@ -238,6 +237,7 @@ class RolloutServers:
                                       policy=self.router_policy, host=self.host, router_flags=self.router_flags,
                                       advertise_host=self._url_host(), env=self.env)
                 self.router, self.router_url = router.process, router.url
+                self._router_ports = [router.port, router.metrics_port]
         except BaseException:
             self.stop()
             raise
@@ -267,6 +267,11 @@ class RolloutServers:
         stop_processes(([self.router] if self.router else []) + list(reversed(self.engines)), grace_s)
         self.router, self.router_url = None, None
         self.engines, self.engine_urls = [], []
+        for port in self._ports:
+            port_allocator().release(port, SGLANG_DERIVED_PORT_OFFSETS)
+        for port in self._router_ports:
+            port_allocator().release(port)
+        self._ports, self._router_ports = [], []
         if self._atexit_registered:
             atexit.unregister(self.stop)
             self._atexit_registered = False
@@ -352,6 +357,7 @@ class Router:
     process: ManagedProcess
     host: str
     port: int
+    metrics_port: int | None = None
 
     @property
     def pid(self) -> int:
@@ -363,6 +369,9 @@ class Router:
 
     def stop(self) -> None:
         stop_processes([self.process])
+        for port in (self.port, self.metrics_port):
+            if port is not None:
+                port_allocator().release(port)
 
 
 def start_router(engine_urls: Sequence[str], *, log_dir: str | os.PathLike, tokenizer_path: str | os.PathLike,
@@ -370,12 +379,12 @@ def start_router(engine_urls: Sequence[str], *, log_dir: str | os.PathLike, toke
                  advertise_host: str | None = None, env: Mapping[str, str] | None = None,
                  timeout_s: float = 60.0) -> Router:
     """Start the real sglang-router in front of ``engine_urls`` and wait until it lists them all healthy."""
-    port = free_port(host)
+    port, metrics_port = allocate_port(host), allocate_port(host)
     command = [
         sys.executable, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
         "--worker-urls", *engine_urls, "--policy", policy,
         # The default metrics port (29000) would collide between routers on one machine.
-        "--prometheus-port", str(free_port(host)), "--prometheus-host", host,
+        "--prometheus-port", str(metrics_port), "--prometheus-host", host,
         "--tokenizer-path", str(tokenizer_path), "--log-level", "warn",
         # As slime launches it: engines that are paused, syncing weights or have released their memory
         # (colocated) answer slowly or not at all for a while; the router's own health checks and circuit
@@ -386,7 +395,7 @@ def start_router(engine_urls: Sequence[str], *, log_dir: str | os.PathLike, toke
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
     proc = spawn("router", command, Path(log_dir), env)
-    router = Router(proc, advertise_host or host, port)
+    router = Router(proc, advertise_host or host, port, metrics_port)
 
     def all_registered(status: int, body: str) -> bool:
         if status != 200:
@@ -398,6 +407,6 @@ def start_router(engine_urls: Sequence[str], *, log_dir: str | os.PathLike, toke
     try:
         wait_ready(proc, f"{router.url}/workers", time.monotonic() + timeout_s, all_registered)
     except BaseException:
-        stop_processes([proc])
+        router.stop()
         raise
     return router

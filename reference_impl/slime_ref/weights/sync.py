@@ -96,9 +96,8 @@ class WeightSync:
 
     def _connect(self, engine_urls: list[str]) -> None:
         """Build the trainer + engines group once (again only if the engine set changed)."""
-        from slime_ref.ray.train_actor import node_address
         from slime_ref.rollout import weight_transfer as wt
-        from slime_ref.rollout.servers import free_port
+        from slime_ref.utils.net import allocate_port, node_address
 
         if self._group is not None and self._group_urls == tuple(engine_urls):
             return
@@ -110,7 +109,7 @@ class WeightSync:
         clients = [self._client(u) for u in engine_urls]
         ranks = [self.args.rollout_num_gpus_per_engine] * len(clients)
         self._group = run(wt.connect_engines(
-            clients, master_address=address, master_port=free_port(address), backend=backend,
+            clients, master_address=address, master_port=allocate_port(address), backend=backend,
             ranks_per_engine=ranks, timeout=timedelta(minutes=self.args.distributed_timeout_minutes)))
         self._group_urls = tuple(engine_urls)
 

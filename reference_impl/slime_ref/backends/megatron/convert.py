@@ -17,18 +17,12 @@ so HF -> torch_dist -> HF gives back the same bytes.
 from __future__ import annotations
 
 import argparse
-import socket
 from pathlib import Path
 
 import click
 
 from slime_ref.errors import UserError
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from slime_ref.utils.net import allocate_port
 
 
 def _single_process_model(hf_dir: Path, dtype):
@@ -40,7 +34,7 @@ def _single_process_model(hf_dir: Path, dtype):
 
     if dtype == torch.float16:
         raise UserError("fp16 checkpoints are not supported; convert from bf16 or fp32")
-    initialize.init_distributed(0, 1, master_port=_free_port())
+    initialize.init_distributed(0, 1, master_port=allocate_port())
     args = argparse.Namespace(tensor_model_parallel_size=1, pipeline_model_parallel_size=1, seed=1234,
                               bf16=dtype == torch.bfloat16, hidden_dropout=0.0, attention_dropout=0.0)
     initialize.init_model_parallel(args)
