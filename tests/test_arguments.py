@@ -50,6 +50,7 @@ def test_derived_defaults():
 
 
 def test_reference_model_falls_back_to_the_hf_checkpoint(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
     args = parse_args([*MINIMAL, "--use-kl-loss", "--kl-loss-coef", "0.01", "--hf-checkpoint", str(tmp_path)])
     assert args.ref_load == str(tmp_path)
 
@@ -187,9 +188,9 @@ def test_typos_get_a_did_you_mean_and_are_never_ignored():
 
 
 def test_slime_flags_slime_ref_does_not_implement_are_listed():
-    with pytest.raises(UserError, match="slime flags slime-ref does not implement: --use-fault-tolerance, "
+    with pytest.raises(UserError, match="slime flags slime-ref does not implement: --keep-old-actor, "
                                         "--offload-optimizer-states"):
-        parse_args([*MINIMAL, "--use-fault-tolerance", "--offload-optimizer-states"])
+        parse_args([*MINIMAL, "--keep-old-actor", "--offload-optimizer-states"])
 
 
 def test_sglang_and_router_flags_pass_through():

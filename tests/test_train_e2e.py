@@ -160,8 +160,8 @@ def _wait_gone(pid: int, timeout: float = 30) -> None:
 def test_bad_flags_exit_2_without_starting_anything(tiny, tmp_path):
     typo = run_train(grpo_flags(tiny, tmp_path / "t", "--num-rollout", "1", "--rollout-temprature", "0.5"))
     assert typo.returncode == 2 and "did you mean --rollout-temperature?" in typo.stderr
-    unsupported = run_train(grpo_flags(tiny, tmp_path / "u", "--num-rollout", "1", "--use-fault-tolerance"))
-    assert unsupported.returncode == 2 and "does not implement: --use-fault-tolerance" in unsupported.stderr
+    unsupported = run_train(grpo_flags(tiny, tmp_path / "u", "--num-rollout", "1", "--keep-old-actor"))
+    assert unsupported.returncode == 2 and "does not implement: --keep-old-actor" in unsupported.stderr
     for result in (typo, unsupported):
         assert "Traceback" not in result.stderr
     assert not (tmp_path / "t").exists()

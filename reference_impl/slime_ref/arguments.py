@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 from slime_ref.algo.choices import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS
 from slime_ref.errors import UserError
-from slime_ref.utils.hooks import check_hook_path
+from slime_ref.utils.hooks import SLIME_BUILTINS, check_hook_path, load_function
 
 # Hook flags (dotted import paths) checked at parse time when a parser declares them.
 HOOK_ATTRS = (
@@ -276,6 +276,18 @@ def add_rollout_function_arguments(parser: argparse.ArgumentParser) -> argparse.
     group.add_argument("--router-policy", type=str, default="round_robin",
                        choices=["random", "round_robin", "cache_aware", "power_of_two"],
                        help="sglang-router load-balancing policy.")
+    # slime's fault tolerance (RolloutHealthMonitor); slime's defaults. The watch (ray/rollout_manager.py)
+    # also checks engines without --use-fault-tolerance, and then ends the run instead of hanging.
+    group.add_argument("--use-fault-tolerance", action="store_true", default=False,
+                       help="Restart a rollout engine that dies or stops answering /health_generate: the rollout "
+                            "goes on with the other engines, and the engine restarts before the next weight "
+                            "update. Without it such an engine ends the run with an error naming it.")
+    group.add_argument("--rollout-health-check-interval", type=float, default=30.0,
+                       help="Seconds between /health_generate checks of every engine while rollouts run.")
+    group.add_argument("--rollout-health-check-timeout", type=float, default=30.0,
+                       help="Seconds an engine has to answer /health_generate before it counts as failed.")
+    group.add_argument("--rollout-health-check-first-wait", type=float, default=0.0,
+                       help="Seconds before the first health check (engines that compile kernels on first use).")
     group.add_argument("--disable-compute-advantages-and-returns", action="store_false",
                        dest="compute_advantages_and_returns", default=True,
                        help="Skip advantages (SFT runs).")
@@ -670,14 +682,31 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
         raise UserError(f"--update-weight-buffer-size must be a positive number of bytes, got "
                         f"{args.update_weight_buffer_size}")
 
+    # --- the model: a local directory, checked now rather than after Ray and the engines have started
+    if args.hf_checkpoint is not None and not os.path.isfile(os.path.join(args.hf_checkpoint, "config.json")):
+        what = "no config.json in it" if os.path.isdir(args.hf_checkpoint) else "no such directory"
+        raise UserError(f"--hf-checkpoint {args.hf_checkpoint}: {what}; pass a local HF checkpoint directory "
+                        "(config.json, weights, tokenizer files). slime-ref never downloads from a model hub")
+    for attr in ("rollout_health_check_interval", "rollout_health_check_timeout"):
+        if not getattr(args, attr) > 0:
+            raise UserError(f"{_flag(attr)} must be > 0 seconds, got {getattr(args, attr)}")
+    if args.rollout_health_check_first_wait < 0:
+        raise UserError(f"--rollout-health-check-first-wait must be >= 0 seconds, got "
+                        f"{args.rollout_health_check_first_wait}")
+
     check_model_args(args)
 
     # --- checkpoints and hooks
     if args.save_interval is not None and not args.save:
         raise UserError("--save-interval needs --save (the directory to write checkpoints to)")
+    # every user hook resolves now, before Ray starts: a missing module or a missing function is one
+    # line here rather than an error from inside an actor once the engines are up (slime-ref's own
+    # hooks are left to import where they run: they pull in torch)
     for attr in HOOK_ATTRS:
         paths = getattr(args, attr, None)
         for path in paths if isinstance(paths, list) else [paths]:
             if path:
                 check_hook_path(path, _flag(attr))
+                if not SLIME_BUILTINS.get(path, path).startswith("slime_ref."):
+                    load_function(path, _flag(attr))
     return args

@@ -16,6 +16,11 @@ class UserError(Exception):
     """A bad flag, file or configuration. The message says what is wrong and how to fix it."""
 
 
+class RunError(Exception):
+    """A part of a running job failed (an engine, the router, a training rank). The message names the
+    part, what happened and where its log is; the CLIs print it as one line and exit with status 1."""
+
+
 def fail(message: str) -> NoReturn:
     raise UserError(message)
 
@@ -37,6 +42,9 @@ def run_cli(main: Callable[..., object], prog: str) -> None:
     except UserError as e:
         click.echo(f"{prog}: error: {e}", err=True)
         sys.exit(USAGE_EXIT_CODE)
+    except RunError as e:
+        click.echo(f"{prog}: run failed: {e}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(130)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import ray
 
-from slime_ref.errors import UserError
+from slime_ref.errors import RunError, UserError
 from slime_ref.utils.fileio import atomic_write_json
 from slime_ref.utils.tracking import Tracker
 
@@ -69,7 +69,7 @@ class Run:
         except BaseException as e:
             self._teardown()
             cause = _unwrap(e)
-            if cause is not e and isinstance(cause, UserError):
+            if cause is not e and isinstance(cause, (UserError, RunError)):
                 raise cause from None
             raise
         return self
@@ -78,7 +78,7 @@ class Run:
         self._teardown()
         if exc is not None:
             cause = _unwrap(exc)
-            if cause is not exc and isinstance(cause, UserError):
+            if cause is not exc and isinstance(cause, (UserError, RunError)):
                 raise cause from None
 
     def _setup(self) -> None:
@@ -100,7 +100,7 @@ class Run:
         self._event("setup", detail="starting engines and router" if args.rollout_num_gpus else "loading data")
         manager_cls = ray.remote(RolloutManager)
         self.rollout = manager_cls.options(num_cpus=0).remote(args, placement)
-        per_epoch = ray.get(self.rollout.num_rollout_per_epoch.remote(), timeout=1800)
+        per_epoch = ray.get(self.rollout.start.remote(), timeout=1800)
         if args.num_rollout is None:  # as slime: epoch ends count for save/eval only with --num-epoch
             self.num_rollout_per_epoch = per_epoch
             args.num_rollout = per_epoch * args.num_epoch
@@ -158,6 +158,8 @@ class Run:
         self._event("update_weights", rollout_id=rollout_id)
         start = time.perf_counter()
         self.weight_version += 1
+        if self.args.use_fault_tolerance:  # engines the watch stopped restart now, then get the weights
+            self.args.rollout_engine_urls = ray.get(self.rollout.recover.remote())
         metrics = self.actor.update_weights(self.args.rollout_engine_urls, self.weight_version)
         if self.args.check_weight_update_equal:
             metrics["perf/weight_check_max_abs_diff"] = self.check_weights()

@@ -10,9 +10,11 @@ colocated.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -73,8 +75,13 @@ class EngineActor:
         ).start()
         return self.servers.engine_urls[0]
 
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.servers.engines] if self.servers else []
+    def status(self) -> dict:
+        """Whether the engine process is running; if not, how it ended. Where its log is."""
+        if self.servers is None or not self.servers.engines:
+            return {"alive": False, "pid": None, "returncode": None, "log": None}
+        proc = self.servers.engines[0]
+        return {"alive": proc.alive(), "pid": proc.pid, "returncode": proc.popen.returncode,
+                "log": str(proc.log_path)}
 
     def stop(self) -> None:
         if self.servers is not None:
@@ -84,19 +91,31 @@ class EngineActor:
 
 class RolloutManager:
     def __init__(self, args, placement: Placement):
-        from slime_ref.data.source import load_tokenizer, make_data_source
-        from slime_ref.utils.hooks import load_function
-
-        self.args = args
+        # Nothing that can fail here: Ray drops the cause of an error raised in an actor's constructor,
+        # so a bad data file would reach the user as a bare ActorDiedError. start() does the work.
+        self.args, self.placement = args, placement
         self.log_dir = str(Path(args.output_dir) / "logs")
-        self.data_source = make_data_source(args, load_tokenizer(args) if args.hf_checkpoint else None)
-        self.rollout_fn = load_function(args.rollout_function_path, "--rollout-function-path")
+        self.data_source = None
+        self.rollout_fn = None
         self.engines: list = []
         self.engine_urls: list[str] = []
         self.router = None
+        self.watch = None
         self._clients: dict[str, object] = {}  # one per engine, kept: colocated runs call them every step
+
+    def start(self) -> int:
+        """Load the data source and the rollout function, start engines and router; returns the
+        number of rollouts in one epoch of the prompt data."""
+        from slime_ref.data.source import load_tokenizer, make_data_source
+        from slime_ref.utils.hooks import load_function
+
+        args = self.args
+        self.data_source = make_data_source(args, load_tokenizer(args) if args.hf_checkpoint else None)
+        self.rollout_fn = load_function(args.rollout_function_path, "--rollout-function-path")
         if args.rollout_num_gpus and not args.debug_train_only:
-            self._start_engines(placement)
+            self._start_engines(self.placement)
+            self.watch = ServerWatch(self)
+        return self.num_rollout_per_epoch()
 
     # -- engines and router ---------------------------------------------------------------------
 
@@ -131,15 +150,27 @@ class RolloutManager:
     def get_engine_urls(self) -> list[str]:
         return list(self.engine_urls)
 
-    def get_router_url(self) -> str | None:
-        return f"http://{self.args.sglang_router_ip}:{self.args.sglang_router_port}" if self.engine_urls else None
+    def recover(self) -> list[str]:
+        """--use-fault-tolerance: restart the engines the watch stopped, behind the router again, and
+        return every engine's URL (the trainer pushes its weights to all of them next, as slime's
+        ``recover_updatable_engines`` before ``update_weights``)."""
+        if self.watch is not None:
+            for index in sorted(self.watch.dead):
+                self._restart_engine(index)
+            self.watch.dead.clear()
+        self.args.rollout_engine_urls = list(self.engine_urls)
+        return list(self.engine_urls)
 
-    def process_ids(self) -> list[int]:
-        """PIDs of every server process this manager started (engines and router)."""
-        pids = [pid for group in ray.get([e.pids.remote() for e in self.engines], timeout=60) for pid in group]
+    def _restart_engine(self, index: int) -> None:
+        from slime_ref.rollout.servers import router_add_worker
+
+        old = self.engine_urls[index]
+        self._clients.pop(old, None)
+        url = ray.get(self.engines[index].start.remote(), timeout=1200)
+        self.engine_urls[index] = url
         if self.router is not None:
-            pids.append(self.router.pid)
-        return pids
+            router_add_worker(self.router.url, url)
+        logger.warning("engine-%d restarted at %s (was %s)", index, url, old)
 
     def num_rollout_per_epoch(self) -> int:
         return max(1, len(self.data_source) // self.args.rollout_batch_size)
@@ -153,7 +184,8 @@ class RolloutManager:
         from slime_ref.utils.hooks import load_function
 
         start = time.perf_counter()
-        output = self.rollout_fn(self.args, rollout_id, self.data_source, evaluation=False)
+        with self._watched():
+            output = self.rollout_fn(self.args, rollout_id, self.data_source, evaluation=False)
         groups = output.samples if hasattr(output, "samples") else output
         samples = [s for g in groups for s in g]
         rollout_time = time.perf_counter() - start
@@ -172,9 +204,29 @@ class RolloutManager:
     def eval(self, rollout_id: int) -> dict:
         if not self.args.eval_datasets:
             return {}
-        output = self.rollout_fn(self.args, rollout_id, self.data_source, evaluation=True)
+        with self._watched():
+            output = self.rollout_fn(self.args, rollout_id, self.data_source, evaluation=True)
         data = output.data if hasattr(output, "data") else output
         return eval_metrics(self.args, data)
+
+    @contextlib.contextmanager
+    def _watched(self):
+        """Watch engines and router while a rollout runs; a failure the watch finds ends the rollout
+        with the watch's error (the rollout's own error would only say a request was cancelled)."""
+        if self.watch is None:
+            yield
+            return
+        self.watch.resume()
+        try:
+            yield
+        except BaseException:
+            if self.watch.failure is not None:
+                raise self.watch.failure from None
+            raise
+        finally:
+            self.watch.pause()
+        if self.watch.failure is not None:
+            raise self.watch.failure
 
     def _client(self, url: str):
         from slime_ref.rollout.sglang_client import SGLangClient
@@ -227,6 +279,9 @@ class RolloutManager:
             self.data_source.load_state_dict(state)
 
     def dispose(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+            self.watch = None
         if self._clients:
             import asyncio
 
@@ -246,6 +301,145 @@ class RolloutManager:
             for e in self.engines:
                 ray.kill(e)
             self.engines = []
+
+
+# -----------------------------------------------------------------------------------------------
+# watching engines and router while a rollout runs
+
+WATCH_POLL_S = 1.0  # how often the watch checks that the engine and router processes still run
+
+
+def _ended(returncode: int | None) -> str:
+    if returncode is None:
+        return "stopped answering"
+    if returncode < 0:
+        import signal
+
+        return f"was killed by {signal.Signals(-returncode).name}"
+    return f"exited with code {returncode}"
+
+
+class ServerWatch:
+    """Watches the engines and the router while a rollout or an eval runs.
+
+    Every second it checks that each engine process and the router process still run; every
+    ``--rollout-health-check-interval`` seconds (after ``--rollout-health-check-first-wait``) it asks
+    each engine for ``/health_generate`` within ``--rollout-health-check-timeout`` (slime's
+    ``RolloutHealthMonitor``). A dead router ends the run. A dead or silent engine:
+
+    - with ``--use-fault-tolerance``, is stopped and taken out of the router, the rollout goes on with
+      the other engines (the router resends their requests), and :meth:`RolloutManager.recover`
+      restarts it before the next weight update, as slime does;
+    - without it, ends the run. slime leaves engines unwatched then, so a hung engine hangs the run;
+      slime-ref stops with an error that names the engine and its log instead.
+
+    Ending the run: :attr:`failure` holds the error and every request in flight is cancelled.
+    Paused between rollouts: engines are paused, syncing weights or offloaded then.
+    """
+
+    def __init__(self, manager: RolloutManager):
+        args = manager.args
+        self.manager = manager
+        self.fault_tolerant = bool(args.use_fault_tolerance)
+        self.interval = args.rollout_health_check_interval
+        self.timeout = args.rollout_health_check_timeout
+        self.first_wait = args.rollout_health_check_first_wait
+        self.failure: Exception | None = None
+        self.dead: set[int] = set()  # engines stopped by the watch, restarted by recover()
+        self._logs: dict[int, str] = {}
+        self._next_health_check = 0.0
+        self._first_resume = True
+        self._active = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="slime-ref-server-watch", daemon=True)
+        self._thread.start()
+
+    def resume(self) -> None:
+        wait = self.first_wait if self._first_resume else 0.0
+        self._first_resume = False
+        self._next_health_check = time.monotonic() + wait
+        self.failure = None
+        self._active.set()
+
+    def pause(self) -> None:
+        self._active.clear()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._active.set()
+        self._thread.join(timeout=self.timeout + 30)
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            if not self._active.wait(timeout=0.5) or self._stopped.is_set():
+                continue
+            try:
+                self._check()
+            except Exception as e:  # the watch itself must not die; the next round tries again
+                logger.warning("server watch: %s", e)
+            self._stopped.wait(WATCH_POLL_S)
+
+    def _check(self) -> None:
+        from slime_ref.rollout.servers import http_get
+
+        manager = self.manager
+        router = manager.router
+        if router is not None and not router.process.alive():
+            code = router.process.popen.returncode
+            self._fail(f"the router (pid {router.pid}) {_ended(code)}; its log: {router.process.log_path}")
+            return
+        for index, engine in enumerate(manager.engines):
+            if index in self.dead or self.failure is not None or not self._active.is_set():
+                continue
+            try:
+                status = ray.get(engine.status.remote(), timeout=30)
+            except Exception as e:  # the engine's Ray actor itself is gone
+                self._engine_failed(index, f"lost its Ray actor ({type(e).__name__})")
+                continue
+            self._logs[index] = status["log"]
+            if not status["alive"]:
+                self._engine_failed(index, _ended(status["returncode"]))
+        if time.monotonic() < self._next_health_check:
+            return
+        for index, url in enumerate(list(manager.engine_urls)):
+            if index in self.dead or self.failure is not None or not self._active.is_set():
+                continue
+            code, _ = http_get(f"{url}/health_generate", self.timeout)
+            if code != 200 and self._active.is_set():
+                self._engine_failed(index, f"did not answer /health_generate within {self.timeout:g} s "
+                                           f"(--rollout-health-check-timeout)")
+        self._next_health_check = time.monotonic() + self.interval
+
+    def _engine_failed(self, index: int, what: str) -> None:
+        from slime_ref.rollout.servers import router_remove_worker
+
+        manager = self.manager
+        url = manager.engine_urls[index]
+        log = self._logs.get(index, manager.log_dir)
+        alive = [i for i in range(len(manager.engines)) if i != index and i not in self.dead]
+        if not self.fault_tolerant or not alive:
+            hint = ("; no engine is left to finish the rollout" if self.fault_tolerant
+                    else "; --use-fault-tolerance restarts engines that die mid-run")
+            self._fail(f"rollout engine-{index} at {url} {what}; its log: {log}{hint}")
+            return
+        self.dead.add(index)
+        logger.warning("engine-%d at %s %s (log %s); stopping it: the rollout goes on with the other engines "
+                       "and it restarts before the next weight update (--use-fault-tolerance)", index, url, what, log)
+        try:
+            ray.get(manager.engines[index].stop.remote(), timeout=60)
+        except Exception as e:
+            logger.warning("stopping engine-%d: %s", index, e)
+        if manager.router is not None:
+            router_remove_worker(manager.router.url, url)
+
+    def _fail(self, message: str) -> None:
+        from slime_ref.errors import RunError
+        from slime_ref.utils.async_loop import cancel_all
+
+        if self.failure is None:
+            self.failure = RunError(message)
+            logger.error("%s", message)
+            cancel_all()
 
 
 # -----------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ import logging
 
 import ray
 
+from slime_ref.errors import RunError
 from slime_ref.ray.placement import Placement, scheduling
+from slime_ref.rollout.sglang_client import EngineError
 from slime_ref.utils.net import allocate_port, node_address
 
 logger = logging.getLogger(__name__)
@@ -75,6 +77,19 @@ class TrainActor:
             self.weight_sync.close()
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
+
+
+def ray_session_logs() -> str:
+    """This Ray session's log directory (workers' stdout and stderr)."""
+    try:
+        return f"{ray._private.worker._global_node.get_session_dir_path()}/logs"
+    except AttributeError:
+        return "Ray's session directory (/tmp/ray/session_latest/logs)"
+
+
 class TrainGroup:
     """``actor_num_nodes * actor_num_gpus_per_node`` TrainActors, one per bundle of the placement."""
 
@@ -96,7 +111,19 @@ class TrainGroup:
             self.actors.append(actor)
 
     def _all(self, method: str, *args, timeout: float | None = None):
-        return ray.get([getattr(a, method).remote(*args) for a in self.actors], timeout=timeout)
+        try:
+            return ray.get([getattr(a, method).remote(*args) for a in self.actors], timeout=timeout)
+        except ray.exceptions.RayActorError as e:  # a rank's process died: killed, OOM, or a crash in C++
+            rank = next((r for r, a in enumerate(self.actors) if a._actor_id.hex() == getattr(e, "actor_id", None)),
+                        None)
+            who = f"training rank {rank}" if rank is not None else "a training rank"
+            raise RunError(f"{who} died during {method}() ({_first_line(e)}); its log is under "
+                           f"{ray_session_logs()} (worker-*.err)") from None
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, EngineError):  # an engine failed during the weight update
+                raise RunError(f"{method}: {cause}") from None
+            raise
 
     def init(self, args) -> tuple[int, dict | None]:
         return self._all("init", args)[0]

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
+import math
 import random
 import re
 import string
@@ -228,18 +230,25 @@ async def _call(hook: Callable, *args, **kwargs) -> Any:
 
 
 async def async_rm(args, sample: Sample, **kwargs) -> Any:
-    """The reward of one sample (slime's ``async_rm``)."""
+    """The reward of one sample (slime's ``async_rm``). A reward hook that raises or returns None or
+    NaN is an error naming the hook, the sample and its prompt: one bad reward would otherwise
+    poison the whole group's advantages without a trace."""
     if sample.custom_rm_path:
-        return await _call(load_function(sample.custom_rm_path, "Sample.custom_rm_path"), args, sample, **kwargs)
-    if args.custom_rm_path:
-        return await _call(load_function(args.custom_rm_path, "--custom-rm-path"), args, sample, **kwargs)
+        hook, name = load_function(sample.custom_rm_path, "Sample.custom_rm_path"), sample.custom_rm_path
+    elif args.custom_rm_path:
+        hook, name = load_function(args.custom_rm_path, "--custom-rm-path"), f"--custom-rm-path {args.custom_rm_path}"
+    else:
+        hook, name = None, None
+    if hook is not None:
+        reward = await _checked_call(hook, name, [sample], args, sample, **kwargs)
+        return _checked_reward(args, reward, name, sample)
 
     metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
     rm_type = (metadata.get("rm_type") or args.rm_type or "").strip()
     if not rm_type:
         raise UserError("no reward function: set --rm-type, --custom-rm-path, or metadata.rm_type in the data")
     if rm_type.removeprefix("boxed_") == "remote_rm":
-        return await remote_rm(args, sample)
+        return _checked_reward(args, await remote_rm(args, sample), f"--rm-url {args.rm_url}", sample)
     return rule_based_reward(rm_type, sample.response, sample.label)
 
 
@@ -247,12 +256,44 @@ async def batched_async_rm(args, samples: list[Sample], **kwargs) -> list[Any]:
     """Rewards of several samples: a ``--custom-rm-path`` hook gets the whole list (``--group-rm``)."""
     if args.custom_rm_path:
         hook = load_function(args.custom_rm_path, "--custom-rm-path")
-        rewards = await _call(hook, args, samples, **kwargs)
+        name = f"--custom-rm-path {args.custom_rm_path}"
+        rewards = await _checked_call(hook, name, samples, args, samples, **kwargs)
         if not isinstance(rewards, (list, tuple)) or len(rewards) != len(samples):
             raise UserError(f"--custom-rm-path {args.custom_rm_path}: with a list of {len(samples)} samples "
                             "it must return a list of as many rewards")
-        return list(rewards)
+        return [_checked_reward(args, r, name, s) for r, s in zip(rewards, samples)]
     return list(await asyncio.gather(*(async_rm(args, sample, **kwargs) for sample in samples)))
+
+
+def _describe(sample: Sample) -> str:
+    prompt = sample.prompt if isinstance(sample.prompt, str) else json.dumps(sample.prompt, ensure_ascii=False)
+    prompt = " ".join(str(prompt).split())
+    return f"sample {sample.index} (prompt {prompt[:120] + ('...' if len(prompt) > 120 else '')!r})"
+
+
+async def _checked_call(hook: Callable, name: str, samples: list[Sample], *args, **kwargs) -> Any:
+    try:
+        return await _call(hook, *args, **kwargs)
+    except UserError:
+        raise
+    except Exception as e:
+        what = _describe(samples[0]) if len(samples) == 1 else f"a group of {len(samples)} samples, the first " \
+            f"{_describe(samples[0])}"
+        detail = " ".join(str(e).split())[:300]
+        raise UserError(f"{name} raised {type(e).__name__} ({detail}) on {what}; fix the reward function") from e
+
+
+def _checked_reward(args, reward: Any, name: str, sample: Sample) -> Any:
+    if isinstance(reward, dict):  # the number sits under --reward-key / --eval-reward-key
+        keys = {getattr(args, "reward_key", None), getattr(args, "eval_reward_key", None)} - {None}
+        values = [reward[k] for k in keys if k in reward]
+    else:
+        values = [reward]
+    for value in values:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            raise UserError(f"{name} returned {reward!r} for {_describe(sample)}; a reward must be a number "
+                            "(or a dict holding one under --reward-key)")
+    return reward
 
 
 __all__ = [

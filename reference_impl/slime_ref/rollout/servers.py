@@ -107,7 +107,8 @@ def _drop_flags(flags: list[str], keep: set[str]) -> tuple[list[str], list[str]]
     return kept, dropped
 
 
-def _http_get(url: str, timeout: float) -> tuple[int, str]:
+def http_get(url: str, timeout: float) -> tuple[int, str]:
+    """(status, body) of a GET; status 0 when nothing answered."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status, resp.read().decode("utf-8", "replace")
@@ -328,7 +329,7 @@ def wait_ready(proc: ManagedProcess, url: str, deadline: float, ready) -> None:
         if not proc.alive():
             raise RuntimeError(f"{proc.name} exited with code {proc.popen.returncode} before {url} answered; "
                                f"log {proc.log_path}:\n{proc.log_tail()}")
-        status, body = _http_get(url, timeout=max(1.0, min(30.0, deadline - time.monotonic())))
+        status, body = http_get(url, timeout=max(1.0, min(30.0, deadline - time.monotonic())))
         if ready(status, body):
             return
         if time.monotonic() > deadline:
@@ -410,3 +411,36 @@ def start_router(engine_urls: Sequence[str], *, log_dir: str | os.PathLike, toke
         router.stop()
         raise
     return router
+
+
+def router_remove_worker(router_url: str, worker_url: str, timeout_s: float = 10.0) -> bool:
+    """Take ``worker_url`` out of the router's rotation (``DELETE /workers/{id}``, as slime does)."""
+    status, body = http_get(f"{router_url}/workers", timeout_s)
+    if status != 200:
+        return False
+    for worker in json.loads(body).get("workers", []):
+        if worker.get("url") == worker_url and worker.get("id") is not None:
+            request = urllib.request.Request(f"{router_url}/workers/{worker['id']}", method="DELETE")
+            try:
+                with urllib.request.urlopen(request, timeout=timeout_s):
+                    return True
+            except (urllib.error.URLError, OSError):
+                return False
+    return False
+
+
+def router_add_worker(router_url: str, worker_url: str, timeout_s: float = 60.0) -> None:
+    """Put ``worker_url`` behind the router (``POST /workers``, as slime does) and wait until it is listed healthy."""
+    payload = json.dumps({"url": worker_url, "worker_type": "regular"}).encode()
+    request = urllib.request.Request(f"{router_url}/workers", data=payload, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout_s):
+        pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status, body = http_get(f"{router_url}/workers", 5.0)
+        if status == 200 and any(w.get("url") == worker_url and w.get("is_healthy")
+                                 for w in json.loads(body).get("workers", [])):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"the router at {router_url} did not list {worker_url} as healthy within {timeout_s:g} s")

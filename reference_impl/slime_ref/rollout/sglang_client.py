@@ -82,7 +82,7 @@ class SGLangClient:
 
     timeout_s: default deadline of a call, all attempts included (generation: ``generate_timeout_s``).
     connect_timeout_s: how long opening a connection may take.
-    retries: extra attempts after the first, with ``backoff_s`` doubling between them.
+    retries: extra attempts after the first, with ``backoff_s`` doubling between them, up to ``max_backoff_s``.
     max_connections: concurrent connections to this URL (slime sizes it to the rollout concurrency).
     """
 
@@ -95,6 +95,7 @@ class SGLangClient:
         connect_timeout_s: float = 5.0,
         retries: int = 3,
         backoff_s: float = 0.25,
+        max_backoff_s: float = 30.0,
         max_connections: int = 1024,
     ):
         self.base_url = base_url.rstrip("/")
@@ -103,6 +104,7 @@ class SGLangClient:
         self.connect_timeout_s = connect_timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
         self.max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
@@ -173,7 +175,8 @@ class SGLangClient:
                     raise EngineError(url, f"{kind}; not retried because repeating {route} is not safe") from e
                 last_error = kind
             if attempt < attempts:
-                await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic())))
+                backoff = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
+                await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
         waited = (self.timeout_s if timeout_s is None else timeout_s) - max(0.0, deadline - time.monotonic())
         raise EngineError(url, f"no answer after {attempt} attempt(s) in {waited:.1f}s: {last_error}")
 

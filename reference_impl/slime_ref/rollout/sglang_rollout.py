@@ -38,6 +38,7 @@ from slime_ref.utils.async_loop import run
 from slime_ref.utils.hooks import load_function
 
 logger = logging.getLogger(__name__)
+ROLLOUT_RETRIES = 60  # slime's http_utils.post max_retries
 
 __all__ = ["RolloutFnEvalOutput", "RolloutFnTrainOutput", "generate", "generate_rollout", "sampling_params"]
 
@@ -84,7 +85,8 @@ class _GenerateState:
 
         self.key = _state_key(args)
         self.tokenizer = load_tokenizer(args)
-        self.client = SGLangClient(router_url(args), retries=3)
+        # slime's post(): an answer of HTTP 5xx or no connection is retried 60 times, 1 s apart
+        self.client = SGLangClient(router_url(args), retries=ROLLOUT_RETRIES, backoff_s=1.0, max_backoff_s=1.0)
         num_engines = max(1, len(getattr(args, "rollout_engine_urls", None) or [None]))
         self.capacity = args.sglang_server_concurrency * num_engines
         self.semaphore = asyncio.Semaphore(self.capacity)

@@ -36,3 +36,17 @@ def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     if threading.current_thread() is _thread:
         raise RuntimeError("run() called from the shared loop itself; await the coroutine instead")
     return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+
+def cancel_all() -> None:
+    """Cancel every task on the shared loop: the run is stopping and its requests are moot. A thread
+    waiting in :func:`run` then gets ``concurrent.futures.CancelledError``."""
+    loop = _loop
+    if loop is None or loop.is_closed():
+        return
+
+    def cancel() -> None:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+
+    loop.call_soon_threadsafe(cancel)
