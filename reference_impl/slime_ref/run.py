@@ -23,6 +23,7 @@ from slime_ref.utils.tracking import Tracker
 logger = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
+PROCESSES_FILE = "processes.json"  # pid of each role: driver, rollout manager, train ranks, engines, router
 # A fixed sequence scored by trainer and engines after each sync (--check-weight-update-equal).
 PROBE_RESPONSE_LENGTH = 4
 
@@ -112,9 +113,19 @@ class Run:
             if data_state is not None:
                 ray.get(self.rollout.load_data_state.remote(data_state))
         self.tracker = Tracker(args, out)
+        atomic_write_json(out / PROCESSES_FILE, self._process_ids())
         self.phase_seconds["setup"] += time.perf_counter() - start
         if self.progress is not None and hasattr(self.progress, "set_total"):
             self.progress.set_total(args.num_rollout)  # known only now when --num-epoch sets it
+
+    def _process_ids(self) -> dict:
+        """Which process is which role: for an operator who must find one, and for the fault tests."""
+        import os
+
+        ids = {"driver": os.getpid(), **ray.get(self.rollout.process_ids.remote(), timeout=60)}
+        if self.actor is not None:
+            ids["train_ranks"] = self.actor.process_ids()
+        return ids
 
     def _teardown(self) -> None:
         if self.tracker is not None:
@@ -159,7 +170,10 @@ class Run:
         start = time.perf_counter()
         self.weight_version += 1
         if self.args.use_fault_tolerance:  # engines the watch stopped restart now, then get the weights
-            self.args.rollout_engine_urls = ray.get(self.rollout.recover.remote())
+            urls = ray.get(self.rollout.recover.remote())
+            if urls != self.args.rollout_engine_urls:
+                self.args.rollout_engine_urls = urls
+                atomic_write_json(Path(self.args.output_dir) / PROCESSES_FILE, self._process_ids())
         metrics = self.actor.update_weights(self.args.rollout_engine_urls, self.weight_version)
         if self.args.check_weight_update_equal:
             metrics["perf/weight_check_max_abs_diff"] = self.check_weights()

@@ -88,6 +88,11 @@ class EngineActor:
             self.servers.stop()
             self.servers = None
 
+    def kill(self) -> None:
+        """SIGKILL the server now: it failed, and a hung process would sit out every grace period."""
+        if self.servers is not None and self.servers.engines:
+            self.servers.kill_engine(0)
+
 
 class RolloutManager:
     def __init__(self, args, placement: Placement):
@@ -149,6 +154,12 @@ class RolloutManager:
 
     def get_engine_urls(self) -> list[str]:
         return list(self.engine_urls)
+
+    def process_ids(self) -> dict:
+        """pids of this manager, each engine's server and the router."""
+        engines = [s["pid"] for s in ray.get([e.status.remote() for e in self.engines], timeout=60)]
+        return {"rollout_manager": os.getpid(), "engines": engines, "engine_urls": list(self.engine_urls),
+                "router": self.router.pid if self.router is not None else None}
 
     def recover(self) -> list[str]:
         """--use-fault-tolerance: restart the engines the watch stopped, behind the router again, and
@@ -213,15 +224,20 @@ class RolloutManager:
     def _watched(self):
         """Watch engines and router while a rollout runs; a failure the watch finds ends the rollout
         with the watch's error (the rollout's own error would only say a request was cancelled)."""
+        from slime_ref.errors import RunError
+        from slime_ref.rollout.sglang_client import EngineError
+
         if self.watch is None:
             yield
             return
         self.watch.resume()
         try:
             yield
-        except BaseException:
+        except BaseException as e:
             if self.watch.failure is not None:
                 raise self.watch.failure from None
+            if isinstance(e, EngineError):  # retried as slime retries, and still failing
+                raise RunError(f"the rollout failed: {e}") from None
             raise
         finally:
             self.watch.pause()
@@ -421,11 +437,16 @@ class ServerWatch:
             hint = ("; no engine is left to finish the rollout" if self.fault_tolerant
                     else "; --use-fault-tolerance restarts engines that die mid-run")
             self._fail(f"rollout engine-{index} at {url} {what}; its log: {log}{hint}")
+            try:
+                ray.get(manager.engines[index].kill.remote(), timeout=30)
+            except Exception as e:
+                logger.warning("killing engine-%d: %s", index, e)
             return
         self.dead.add(index)
         logger.warning("engine-%d at %s %s (log %s); stopping it: the rollout goes on with the other engines "
                        "and it restarts before the next weight update (--use-fault-tolerance)", index, url, what, log)
         try:
+            ray.get(manager.engines[index].kill.remote(), timeout=30)
             ray.get(manager.engines[index].stop.remote(), timeout=60)
         except Exception as e:
             logger.warning("stopping engine-%d: %s", index, e)

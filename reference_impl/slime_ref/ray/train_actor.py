@@ -36,6 +36,11 @@ class TrainActor:
     def master(self) -> tuple[str, int]:
         return self.master_addr, self.master_port
 
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
     def init(self, args) -> tuple[int, dict | None]:
         """Build the model and optimizer, load weights (resuming from --load). Returns the first
         rollout id to run and the data-source state saved with the checkpoint (or None)."""
@@ -127,6 +132,9 @@ class TrainGroup:
 
     def init(self, args) -> tuple[int, dict | None]:
         return self._all("init", args)[0]
+
+    def process_ids(self) -> list[int]:
+        return self._all("pid", timeout=60)
 
     def train(self, rollout_id: int, batch_ref) -> list[dict]:
         return self._all("train", rollout_id, batch_ref)[0]

@@ -278,7 +278,7 @@ class RolloutServers:
             self._atexit_registered = False
 
     def kill_engine(self, index: int) -> None:
-        """SIGKILL one engine's process group (for failure tests); it stays listed until stop()."""
+        """SIGKILL one engine's process group (one that failed, or in failure tests); it stays listed until stop()."""
         _signal_group(self.engines[index], signal.SIGKILL)
         self.engines[index].popen.wait(timeout=10)
 

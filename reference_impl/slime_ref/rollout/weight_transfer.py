@@ -133,9 +133,14 @@ async def broadcast_named_tensors(
 
 async def disconnect_engines(group: dist.ProcessGroup, clients: Sequence[SGLangClient],
                              group_name: str = DEFAULT_GROUP_NAME) -> None:
-    answers = await asyncio.gather(*(c.destroy_weights_update_group(group_name) for c in clients))
+    """Every engine leaves the group, and so does the trainer, even if an engine is gone (it died and
+    is restarted with --use-fault-tolerance): the group's name must be free for the next group."""
+    answers = await asyncio.gather(*(c.destroy_weights_update_group(group_name) for c in clients),
+                                   return_exceptions=True)
     dist.destroy_process_group(group)
     for client, answer in zip(clients, answers):
+        if isinstance(answer, BaseException):
+            raise answer
         _check_success(client, "/destroy_weights_update_group", answer)
 
 
