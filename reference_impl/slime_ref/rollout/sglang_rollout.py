@@ -39,7 +39,8 @@ from slime_ref.utils.hooks import load_function
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RolloutFnEvalOutput", "RolloutFnTrainOutput", "generate", "generate_rollout", "sampling_params"]
+__all__ = ["RolloutFnEvalOutput", "RolloutFnTrainOutput", "call_rollout_fn", "generate", "generate_rollout",
+           "sampling_params"]
 
 
 @dataclass
@@ -52,6 +53,14 @@ class RolloutFnTrainOutput:
 class RolloutFnEvalOutput:
     data: dict[str, dict[str, Any]]  # eval set name -> {"rewards": [...], "truncated": [...], "samples": [...]}
     metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def call_rollout_fn(fn, *args, evaluation: bool, **kwargs) -> RolloutFnTrainOutput | RolloutFnEvalOutput:
+    """Call a rollout function; a legacy one's bare result (groups, or the eval dict) is wrapped as slime does."""
+    output = fn(*args, **kwargs, evaluation=evaluation)
+    if isinstance(output, (RolloutFnTrainOutput, RolloutFnEvalOutput)):
+        return output
+    return RolloutFnEvalOutput(data=output) if evaluation else RolloutFnTrainOutput(samples=output)
 
 
 def router_url(args) -> str:
@@ -177,7 +186,7 @@ async def _custom_or_default_generate(args, sample, params, evaluation):
     return await fn(args, sample, params)
 
 
-async def generate_and_rm(args, sample: Sample, params: dict[str, Any], evaluation: bool = False):
+async def generate_and_rm(args, sample: Sample, sampling_params: dict[str, Any], evaluation: bool = False):
     """Generate one sample (unless it is already finished) and score it (unless --group-rm)."""
     if args.partial_rollout and args.mask_offpolicy_in_partial_rollout and sample.response_length > 0:
         sample.loss_mask = [0] * sample.response_length  # tokens from an older policy are not trained on
@@ -189,7 +198,7 @@ async def generate_and_rm(args, sample: Sample, params: dict[str, Any], evaluati
         if state.aborted:
             sample.status = Sample.Status.ABORTED
             return sample
-        sample = await _custom_or_default_generate(args, sample, params, evaluation)
+        sample = await _custom_or_default_generate(args, sample, sampling_params, evaluation)
 
     if args.group_rm:
         return sample
@@ -242,7 +251,7 @@ async def _generate_and_rm_fresh(args, samples: list[Sample], params: dict[str, 
     return samples
 
 
-async def generate_and_rm_group(args, group: list[Sample], params: dict[str, Any], evaluation: bool = False):
+async def generate_and_rm_group(args, group: list[Sample], sampling_params: dict[str, Any], evaluation: bool = False):
     state = _state(args)
     if state.aborted:
         return group
@@ -250,8 +259,8 @@ async def generate_and_rm_group(args, group: list[Sample], params: dict[str, Any
              if s.status == Sample.Status.PENDING and s.response_length == 0 and _served_by_default_generate(args, s)]
     rest = sorted(set(range(len(group))) - set(fresh))
     done = await asyncio.gather(
-        _generate_and_rm_fresh(args, [group[i] for i in fresh], dict(params)),
-        *(generate_and_rm(args, group[i], dict(params), evaluation) for i in rest),
+        _generate_and_rm_fresh(args, [group[i] for i in fresh], dict(sampling_params)),
+        *(generate_and_rm(args, group[i], dict(sampling_params), evaluation) for i in rest),
     )
     out = list(group)
     for i, sample in zip(fresh, done[0]):
