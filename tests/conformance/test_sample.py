@@ -16,32 +16,32 @@ from slime_ref.types import Sample
 
 
 def _make_sample(**overrides) -> Sample:
-    base = dict(
-        group_index=0,
-        index=42,
-        rollout_id=7,
-        prompt="hello",
-        tokens=[1, 2, 3],
-        multimodal_inputs={"images": ["fake_url"]},
-        response="world",
-        response_length=5,
-        label="42",
-        reward=0.75,
-        loss_mask=[1, 1, 0, 1, 1],
-        weight_versions=["v1"],
-        rollout_log_probs=[-0.1, -0.2],
-        rollout_top_p_token_ids=[10, 11, 12, 20],
-        rollout_top_p_token_offsets=[0, 3, 4],
-        rollout_routed_experts=[[0, 1], [2, 3]],
-        remove_sample=False,
-        teacher_log_probs=[-0.3, -0.4],
-        status=Sample.Status.COMPLETED,
-        metadata={"rm_type": "math"},
-        generate_function_path="some.module.fn",
-        train_metadata={"loss_type": "policy_loss"},
-        session_id="uuid-1234",
-        non_generation_time=1.5,
-    )
+    base = {
+        "group_index": 0,
+        "index": 42,
+        "rollout_id": 7,
+        "prompt": "hello",
+        "tokens": [1, 2, 3],
+        "multimodal_inputs": {"images": ["fake_url"]},
+        "response": "world",
+        "response_length": 5,
+        "label": "42",
+        "reward": 0.75,
+        "loss_mask": [1, 1, 0, 1, 1],
+        "weight_versions": ["v1"],
+        "rollout_log_probs": [-0.1, -0.2],
+        "rollout_top_p_token_ids": [10, 11, 12, 20],
+        "rollout_top_p_token_offsets": [0, 3, 4],
+        "rollout_routed_experts": [[0, 1], [2, 3]],
+        "remove_sample": False,
+        "teacher_log_probs": [-0.3, -0.4],
+        "status": Sample.Status.COMPLETED,
+        "metadata": {"rm_type": "math"},
+        "generate_function_path": "some.module.fn",
+        "train_metadata": {"loss_type": "policy_loss"},
+        "session_id": "uuid-1234",
+        "non_generation_time": 1.5,
+    }
     base.update(overrides)
     return Sample(**base)
 
