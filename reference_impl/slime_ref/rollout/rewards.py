@@ -300,7 +300,7 @@ def rule_based_reward(rm_type: str, response: str, label: Any, metadata: dict | 
         return rules[base](response, label, **extra)
     answer = extract_answer(response) if isinstance(response, str) else None
     if answer is None:  # the format the reward demands is missing
-        return _dapo_score("[NO BOX]", label) if base == "dapo" else 0
+        return _dapo_score("[INVALID]", label) if base == "dapo" else 0
     return rules[base](answer, label, **extra)
 
 
