@@ -277,6 +277,10 @@ SLIME_RAISES = [
     ('dapo', None, '42', None, {'score': -1.0, 'acc': False, 'pred': '[INVALID]'}, 'TypeError'),
     ('dapo', 'Answer: inf', 'inf', None, {'score': -1.0, 'acc': False, 'pred': 'inf'}, 'OverflowError'),
     ('f1', 'answer', None, None, 0, 'AttributeError'),
+    ("gpqa", "Answer: B", float("nan"), None, 0.0, "ValueError"),
+    ("gpqa", "Answer: B", float("inf"), None, 0.0, "OverflowError"),
+    ("gpqa", "Answer: B", 1, {"choices": 5}, 0.0, "TypeError"),
+    ("gpqa", "Answer: B", 1, {"valid_letters": 3}, 0.0, "TypeError"),
 ]
 
 # (rm_type, response, label, metadata, slime-ref's value, slime's value)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import random
 import re
 import string
@@ -211,16 +212,16 @@ def gpqa_reward(response: str | None, label: Any, metadata: dict | None = None) 
         return 0.0
     metadata = metadata if isinstance(metadata, dict) else {}
     choices = metadata.get("choices")
-    if isinstance(choices, dict):
-        choices = list(choices.values())
-    elif choices is not None:
-        choices = list(choices)
-    if metadata.get("valid_letters"):
-        valid_letters = [str(letter).upper() for letter in metadata["valid_letters"]]
-    elif choices:
-        valid_letters = list(string.ascii_uppercase[: len(choices)])
-    else:
-        valid_letters = list(GPQA_DEFAULT_LETTERS)
+    try:
+        if isinstance(choices, dict):
+            choices = list(choices.values())
+        elif choices is not None:
+            choices = list(choices)
+        valid_letters = [str(letter).upper() for letter in metadata.get("valid_letters") or ()]
+    except TypeError:
+        return 0.0  # choices or valid_letters that are not lists: slime raises
+    if not valid_letters:
+        valid_letters = list(string.ascii_uppercase[: len(choices)] if choices else GPQA_DEFAULT_LETTERS)
 
     correct = metadata.get("correct_letter")
     correct = correct.strip().upper() if isinstance(correct, str) else None
@@ -230,6 +231,8 @@ def gpqa_reward(response: str | None, label: Any, metadata: dict | None = None) 
         if len(label_text) == 1 and label_text.upper() in valid_letters and not correct:
             correct = label_text.upper()
     elif isinstance(label, (int, float)):
+        if not math.isfinite(label):
+            return 0.0  # nan or inf: slime raises
         index = int(label)
         if 0 <= index < len(valid_letters):
             correct = valid_letters[index]
