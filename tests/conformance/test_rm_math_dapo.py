@@ -11,8 +11,9 @@ Rewritten (they called helpers of slime's module; the port checks the same behav
   tail): ``--rm-type dapo`` never turns strict-box mode on, so the same cases are written with an
   "Answer:" line, the form the reachable (Minerva) mode grades.
 
-Left out: slime's dapo-private ``last_boxed_only_string``/``remove_boxed`` and ``is_correct_strict_box``
-(5 tests) serve only the strict-box mode, which no ``--rm-type`` reaches.
+Left out (10 of slime's 19 tests): those of the dapo module's own ``last_boxed_only_string`` (4),
+``remove_boxed`` (2), ``is_correct_strict_box`` (3) and ``verify``'s strict-box dispatch (1). They
+serve only the strict-box mode, which no ``--rm-type`` reaches.
 """
 
 from __future__ import annotations
