@@ -263,7 +263,7 @@ def _rm_args(url):
 
 
 SAMPLE = Sample(prompt="3+5=", response="\\boxed{8}", label="8")
-FAST = dict(timeout_s=1.0, backoff_s=0.01, max_backoff_s=0.05)
+FAST = {"timeout_s": 1.0, "backoff_s": 0.01, "max_backoff_s": 0.05}
 
 
 def test_remote_rm_posts_prompt_response_label():

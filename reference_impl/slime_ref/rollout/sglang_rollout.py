@@ -72,17 +72,17 @@ def sampling_params(args, *, evaluation: bool = False) -> dict[str, Any]:
     def pick(eval_value, rollout_value):
         return eval_value if evaluation and eval_value is not None else rollout_value
 
-    return dict(
-        temperature=pick(getattr(args, "eval_temperature", None), args.rollout_temperature),
-        top_p=pick(getattr(args, "eval_top_p", None), args.rollout_top_p),
-        top_k=pick(getattr(args, "eval_top_k", None), args.rollout_top_k),
-        max_new_tokens=pick(getattr(args, "eval_max_response_len", None), args.rollout_max_response_len),
-        stop=args.rollout_stop,
-        stop_token_ids=args.rollout_stop_token_ids,
-        skip_special_tokens=args.rollout_skip_special_tokens,
-        no_stop_trim=True,  # keep the stop token: the trainer must see what the engine sampled
-        spaces_between_special_tokens=False,
-    )
+    return {
+        "temperature": pick(getattr(args, "eval_temperature", None), args.rollout_temperature),
+        "top_p": pick(getattr(args, "eval_top_p", None), args.rollout_top_p),
+        "top_k": pick(getattr(args, "eval_top_k", None), args.rollout_top_k),
+        "max_new_tokens": pick(getattr(args, "eval_max_response_len", None), args.rollout_max_response_len),
+        "stop": args.rollout_stop,
+        "stop_token_ids": args.rollout_stop_token_ids,
+        "skip_special_tokens": args.rollout_skip_special_tokens,
+        "no_stop_trim": True,  # keep the stop token: the trainer must see what the engine sampled
+        "spaces_between_special_tokens": False,
+    }
 
 
 class _GenerateState:
