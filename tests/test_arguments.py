@@ -79,7 +79,7 @@ RULES = [
     (["--eps-clip-c", "1.0"], "--eps-clip-c 1.0 must be > 1.0"),
     (["--eps-clip", "-0.1"], "--eps-clip must be >= 0"),
     (["--loss-type", "custom_loss"], "--loss-type custom_loss needs --custom-loss-function-path"),
-    (["--rm-type", "gpqa"], "--rm-type gpqa: not a built-in reward"),
+    (["--rm-type", "ifbench"], "--rm-type ifbench: not a built-in reward"),  # slime has it; slime-ref does not
     (["--rm-type", "remote_rm"], "--rm-type remote_rm needs --rm-url"),
     (["--save-interval", "5"], "--save-interval needs --save"),
     (["--micro-batch-size", "0"], "--micro-batch-size must be a positive integer"),

@@ -31,7 +31,7 @@ from slime_ref.rollout.rewards import (
 from slime_ref.types import Sample
 from slime_ref.utils.hooks import check_hook_path, load_function
 
-# (response, label, reward): real-looking answers, right and wrong
+# (response, label, reward): real-looking answers, right and wrong; the rewards are slime v0.3.1's
 MATH_CASES = [
     ("The sum is 3 + 5, so the answer is \\boxed{8}.", "8", 1),
     ("\\boxed{8}", "8", 1),
@@ -49,7 +49,7 @@ MATH_CASES = [
     ("0.5", "\\frac{1}{2}", 0),
     ("\\boxed{1/2}.", "0.5", 1),
     ("\\boxed{.5}", "1/2", 1),
-    ("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", 1),
+    ("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", 0),  # as slime: an unreduced fraction is wrong
     ("\\boxed{0.33}", "\\frac{1}{3}", 0),
     ("\\boxed{-\\frac{3}{4}}", "-0.75", 1),
     ("\\boxed{\\left( 1, 2 \\right)}", "(1,2)", 1),
@@ -75,7 +75,7 @@ MATH_CASES = [
     ("The final answer is $\\boxed{\\frac{3}{2}}$.", "1.5", 1),
     ("\\boxed{8.0}", "8", 1),
     ("\\boxed{-8}", "8", 0),
-    ("\\boxed{10^{3}}", "1000", 1),
+    ("\\boxed{10^{3}}", "1000", 0),  # as slime: "^{" never reaches sympy (it could hang)
     ("\\boxed{8}<|im_end|>", "8", 1),  # an end-of-turn token left in the text
     ("\\boxed{__import__('os').getcwd()}", "0", 0),  # never evaluated as code
 ]
@@ -185,8 +185,9 @@ def test_group_rm_hook_gets_the_whole_group(hook_module):
 def test_missing_or_unknown_reward_is_a_user_error():
     with pytest.raises(UserError, match="--rm-type, --custom-rm-path"):
         asyncio.run(async_rm(make_args(), Sample(response="8")))
-    with pytest.raises(UserError, match="--rm-type gpqa"):
-        asyncio.run(async_rm(make_args(), Sample(response="8", metadata={"rm_type": "gpqa"})))
+    # slime's ifbench rule (it needs Google's instruction-following checkers) is not built in
+    with pytest.raises(UserError, match="--rm-type ifbench"):
+        asyncio.run(async_rm(make_args(), Sample(response="8", metadata={"rm_type": "ifbench"})))
 
 
 @pytest.mark.parametrize(
@@ -262,7 +263,7 @@ def _rm_args(url):
 
 
 SAMPLE = Sample(prompt="3+5=", response="\\boxed{8}", label="8")
-FAST = dict(timeout_s=1.0, backoff_s=0.01, max_backoff_s=0.05)
+FAST = {"timeout_s": 1.0, "backoff_s": 0.01, "max_backoff_s": 0.05}
 
 
 def test_remote_rm_posts_prompt_response_label():

@@ -41,7 +41,9 @@ def test_finish_reasons_map_to_statuses():
     assert status_from_finish_reason({"type": "stop", "matched": 2}) is Sample.Status.COMPLETED
     assert status_from_finish_reason({"type": "length", "length": 16}) is Sample.Status.TRUNCATED
     assert status_from_finish_reason({"type": "abort"}) is Sample.Status.ABORTED
-    assert status_from_finish_reason(None) is Sample.Status.FAILED
+    # any other reason maps to nothing: append_response_tokens then keeps the status (slime's match has no default)
+    assert status_from_finish_reason(None) is None
+    assert status_from_finish_reason({"type": "something_new"}) is None
 
 
 def test_reward_value_with_and_without_reward_key():

@@ -62,7 +62,7 @@ HOOK_ATTRS = (
 )
 
 # Rule-based rewards of slime's rm_hub that slime-ref implements (each also with the boxed_ prefix).
-RM_TYPES = ("math", "dapo", "deepscaler", "f1", "remote_rm", "random")
+RM_TYPES = ("math", "dapo", "deepscaler", "f1", "gpqa", "remote_rm", "random")
 
 
 class ArgumentParser(argparse.ArgumentParser):

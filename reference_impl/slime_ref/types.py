@@ -1,8 +1,10 @@
 """``Sample``: one prompt and one response as it travels from the data source to the trainer.
 
 The fields and statuses are slime v0.3.1's (``slime/utils/types.py``), so a custom generate or reward
-function written for slime reads and writes the same attributes here. Fields slime keeps only for
-multimodal inputs, MoE routing replay, top-p replay and speculative decoding are left out.
+function written for slime builds, reads and writes a Sample the same way here. slime-ref carries the
+fields for multimodal inputs, top-p replay, MoE routing replay and on-policy distillation
+(``multimodal_*``, ``rollout_top_p_*``, ``rollout_routed_experts``, ``teacher_log_probs``) through the
+pipeline but does not fill or train on them.
 
 Lifecycle: the data source creates a Sample with ``prompt``, ``label`` and ``metadata`` and gives the
 ``n_samples_per_prompt`` copies of one prompt the same ``group_index`` and distinct ``index`` values.
@@ -26,6 +28,10 @@ class Sample:
     # str once a chat template is applied, else the raw prompt (str or list of chat messages)
     prompt: str | list[dict[str, Any]] = ""
     tokens: list[int] = field(default_factory=list)  # prompt + response token ids
+    multimodal_inputs: dict[str, Any] | None = None  # raw images, videos, ... (carried, not used)
+    multimodal_train_inputs: dict[str, Any] | None = None  # processed ones, e.g. pixel_values (carried)
+    multimodal_train_input_id: str | None = None
+    apply_chat_template_kwargs: dict = field(default_factory=dict)
     response: str = ""
     response_length: int = 0
     label: Any = None
@@ -33,7 +39,12 @@ class Sample:
     loss_mask: list[int] | None = None  # one entry per response token; None means all ones
     weight_versions: list[str] = field(default_factory=list)
     rollout_log_probs: list[float] | None = None  # one per response token, from the engine
+    # top-p replay: kept ids of response token i are rollout_top_p_token_ids[offsets[i]:offsets[i + 1]] (carried)
+    rollout_top_p_token_ids: list[int] | Any | None = None
+    rollout_top_p_token_offsets: list[int] | Any | None = None
+    rollout_routed_experts: list[list[int]] | Any | None = None  # MoE routing replay (carried)
     remove_sample: bool = False  # kept for group statistics, but its loss mask is zeroed
+    teacher_log_probs: list[float] | None = None  # on-policy distillation (carried)
 
     class Status(Enum):
         PENDING = "pending"
@@ -48,11 +59,69 @@ class Sample:
     custom_rm_path: str | None = None  # per-sample override of --custom-rm-path
     train_metadata: dict | None = None
     session_id: str | None = None  # routing key for the router's consistent hashing
+    non_generation_time: float = 0.0  # seconds a custom generate spent outside the engine
+
+    @dataclass
+    class SpecInfo:
+        """Speculative-decoding counts summed over a sample's engine calls."""
+
+        spec_accept_token_num: int = 0
+        spec_draft_token_num: int = 0
+        spec_verify_ct: int = 0
+        completion_token_num: int = 0
+
+        @property
+        def spec_accept_rate(self) -> float:
+            return self.spec_accept_token_num / self.spec_draft_token_num if self.spec_draft_token_num else 0.0
+
+        @property
+        def spec_accept_length(self) -> float:
+            return self.completion_token_num / self.spec_verify_ct if self.spec_verify_ct else 0.0
+
+        def add(self, meta_info: dict) -> None:
+            self.spec_accept_token_num += meta_info.get("spec_accept_token_num", 0)
+            self.spec_draft_token_num += meta_info.get("spec_draft_token_num", 0)
+            self.spec_verify_ct += meta_info.get("spec_verify_ct", 0)
+            self.completion_token_num += meta_info.get("completion_tokens", 0)  # SGLang's name differs
+
+        def to_dict(self) -> dict[str, int]:
+            return dict(vars(self))
+
+        @staticmethod
+        def from_dict(data: dict) -> Sample.SpecInfo:
+            return Sample.SpecInfo(**{f.name: data.get(f.name, 0) for f in fields(Sample.SpecInfo)})
+
+    @dataclass
+    class PrefixCacheInfo:
+        """Prompt tokens the engine found in its prefix cache, summed over a sample's engine calls."""
+
+        cached_tokens: int = 0
+        total_prompt_tokens: int = 0
+
+        @property
+        def prefix_cache_hit_rate(self) -> float:
+            return self.cached_tokens / self.total_prompt_tokens if self.total_prompt_tokens else 0.0
+
+        def add(self, meta_info: dict) -> None:
+            self.cached_tokens += meta_info.get("cached_tokens", 0)
+            self.total_prompt_tokens += meta_info.get("prompt_tokens", 0)
+
+        def to_dict(self) -> dict[str, int]:
+            return dict(vars(self))
+
+        @staticmethod
+        def from_dict(data: dict) -> Sample.PrefixCacheInfo:
+            return Sample.PrefixCacheInfo(**{f.name: data.get(f.name, 0) for f in fields(Sample.PrefixCacheInfo)})
+
+    spec_info: SpecInfo = field(default_factory=SpecInfo)
+    prefix_cache_info: PrefixCacheInfo = field(default_factory=PrefixCacheInfo)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (status as its string value), including attributes a custom function added."""
+        """A JSON-ready dict (status as its string value, the two info records as dicts), extras included."""
         data = dict(vars(self))
         data["status"] = self.status.value
+        data["spec_info"] = self.spec_info.to_dict()
+        data["prefix_cache_info"] = self.prefix_cache_info.to_dict()
         return data
 
     @staticmethod
@@ -60,6 +129,8 @@ class Sample:
         data = dict(data)
         if "status" in data:
             data["status"] = Sample.Status(data["status"])
+        data["spec_info"] = Sample.SpecInfo.from_dict(data.get("spec_info") or {})
+        data["prefix_cache_info"] = Sample.PrefixCacheInfo.from_dict(data.get("prefix_cache_info") or {})
         known = {f.name for f in fields(Sample)}
         sample = Sample(**{k: v for k, v in data.items() if k in known})
         for key, value in data.items():  # keep extra attributes a custom function attached
@@ -92,7 +163,10 @@ class Sample:
 
         Keeps ``tokens``, ``response_length``, ``loss_mask`` and ``rollout_log_probs`` the same length.
         Model tokens need their log-probs; tool tokens get loss-mask 0 and log-prob 0. With
-        ``meta_info`` (SGLang's ``/generate`` ``meta_info``) the finish reason sets ``status``.
+        ``meta_info`` (SGLang's ``/generate`` ``meta_info``) that carries a finish reason: the
+        prefix-cache counts (and, with ``--sglang-speculative-algorithm``, the speculative ones) are
+        added, ``weight_version`` is appended, and stop/length/abort set ``status``; any other finish
+        reason leaves it as it was, as in slime.
         """
         tokens = [int(t) for t in (tokens or [])]
         log_probs = None if log_probs is None else [float(x) for x in log_probs]
@@ -122,16 +196,22 @@ class Sample:
             self.rollout_log_probs += log_probs
 
         if meta_info and update_terminal_info and "finish_reason" in meta_info:
+            if getattr(args, "sglang_speculative_algorithm", None):
+                self.spec_info.add(meta_info)
+            self.prefix_cache_info.add(meta_info)
             if "weight_version" in meta_info:
                 self.weight_versions.append(meta_info["weight_version"])
-            self.status = status_from_finish_reason(meta_info["finish_reason"])
+            self.status = status_from_finish_reason(meta_info["finish_reason"]) or self.status
 
 
-def status_from_finish_reason(finish_reason: dict | str | None) -> Sample.Status:
-    """Map SGLang's ``meta_info.finish_reason`` (``{"type": "stop" | "length" | "abort", ...}``) to a status."""
+def status_from_finish_reason(finish_reason: dict | str | None) -> Sample.Status | None:
+    """Map SGLang's ``meta_info.finish_reason`` (``{"type": "stop" | "length" | "abort", ...}``) to a status.
+
+    None for any other reason: the caller keeps the status it had (slime leaves it unchanged).
+    """
     kind = finish_reason.get("type") if isinstance(finish_reason, dict) else finish_reason
     return {
         "stop": Sample.Status.COMPLETED,
         "length": Sample.Status.TRUNCATED,
         "abort": Sample.Status.ABORTED,
-    }.get(kind, Sample.Status.FAILED)
+    }.get(kind)

@@ -126,21 +126,97 @@ def get_grpo_returns(rewards: torch.Tensor, like: list[torch.Tensor]) -> list[to
     return [torch.full_like(x, float(r), dtype=torch.float32) for x, r in zip(like, rewards.tolist())]
 
 
-def gae_advantages_and_returns(
-    token_rewards: list[torch.Tensor], values: list[torch.Tensor], gamma: float, lambd: float
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Generalised Advantage Estimation (Schulman et al., arXiv 1506.02438), one pass over a padded batch.
+GAE_CHUNK_SIZE = 128  # slime's default chunk for the parallel GAE scan
 
-    delta_t = r_t + gamma * V_{t+1} - V_t (V after the last token is 0),
+
+def vanilla_gae(
+    rewards: torch.Tensor, values: torch.Tensor, gamma: float, lambd: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised Advantage Estimation (Schulman et al., arXiv 1506.02438), one step at a time.
+
+    delta_t = r_t + gamma * V_{t+1} - V_t (V after the last step is 0),
     A_t = delta_t + gamma * lambd * A_{t+1},  return_t = A_t + V_t.
-    Padding past a sample's end has r = V = 0, so it contributes delta = 0 and does not leak.
+
+    Args:
+        rewards: [B, T] per-step rewards.
+        values: [B, T] the critic's values for the same steps.
+
+    Returns:
+        (advantages [B, T], returns [B, T]).
+    """
+    steps = rewards.shape[1]
+    advantages = torch.zeros_like(rewards)
+    running = rewards.new_zeros(rewards.shape[0])
+    for t in reversed(range(steps)):
+        next_value = values[:, t + 1] if t + 1 < steps else 0.0
+        running = rewards[:, t] + gamma * next_value - values[:, t] + gamma * lambd * running
+        advantages[:, t] = running
+    return advantages, advantages + values
+
+
+def chunked_gae(
+    rewards: torch.Tensor, values: torch.Tensor, gamma: float, lambd: float, chunk_size: int = GAE_CHUNK_SIZE
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same GAE as :func:`vanilla_gae`, as a parallel scan: T / chunk_size sequential steps instead of T.
+
+    Read backwards in time, A is a first-order linear recurrence S_i = delta_i + w * S_{i-1} with
+    w = gamma * lambd. Inside a chunk of C steps it is a matrix product with the decay matrix
+    D[k, t] = w^(t-k) for t >= k (0 below), computed for all chunks at once; each chunk then adds
+    w^(t+1) times the last value of the chunk before it. slime's default for long responses.
+
+    Args:
+        rewards: [B, T] per-step rewards.
+        values: [B, T] the critic's values for the same steps.
+        chunk_size: C, steps per chunk.
+
+    Returns:
+        (advantages [B, T], returns [B, T]); equal to :func:`vanilla_gae` up to float rounding.
+    """
+    if rewards.ndim != 2 or values.shape != rewards.shape:
+        raise ValueError(f"rewards and values must both be [B, T]; got {tuple(rewards.shape)}, {tuple(values.shape)}")
+    batch, steps = rewards.shape
+    w = gamma * lambd
+    next_values = torch.cat([values[:, 1:], values.new_zeros(batch, 1)], dim=1)
+    deltas = (rewards + gamma * next_values - values).flip(1)  # backwards in time
+    num_chunks = -(-steps // chunk_size)
+    padded = deltas.new_zeros(batch, num_chunks * chunk_size)
+    padded[:, :steps] = deltas  # zero deltas past the end change nothing before them
+
+    offsets = torch.arange(chunk_size, device=rewards.device)
+    lag = offsets[None, :] - offsets[:, None]  # lag[k, t] = t - k
+    decay = torch.where(lag >= 0, torch.tensor(w, dtype=rewards.dtype, device=rewards.device) ** lag.clamp(min=0),
+                        torch.zeros((), dtype=rewards.dtype, device=rewards.device))
+    local = (padded.view(batch * num_chunks, chunk_size) @ decay).view(batch, num_chunks, chunk_size)
+    carry_weight = w ** torch.arange(1, chunk_size + 1, device=rewards.device, dtype=rewards.dtype)
+
+    scanned = torch.empty_like(local)
+    carry = rewards.new_zeros(batch)
+    for c in range(num_chunks):  # the only sequential part: one step per chunk
+        scanned[:, c] = local[:, c] + carry[:, None] * carry_weight
+        carry = scanned[:, c, -1]
+    advantages = scanned.view(batch, -1)[:, :steps].flip(1)
+    return advantages, advantages + values
+
+
+def gae_advantages_and_returns(
+    token_rewards: list[torch.Tensor],
+    values: list[torch.Tensor],
+    gamma: float,
+    lambd: float,
+    chunked: bool = True,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """GAE over a batch of responses of different lengths (slime's ``get_advantages_and_returns_batch``).
+
+    The responses are right-padded to one [B, max R] batch; padding has r = V = 0, so it contributes
+    delta = 0 and does not leak into the real steps. ``chunked`` (slime's default) uses
+    :func:`chunked_gae`, else :func:`vanilla_gae`.
 
     Args:
         token_rewards: B tensors [R_i] of per-token rewards.
         values: B tensors [R_i] of the critic's values for the same tokens.
 
     Returns:
-        (advantages, returns): B tensors [R_i] each.
+        (advantages, returns): B tensors [R_i] each, float32.
     """
     lengths = [len(r) for r in token_rewards]
     width = max(lengths, default=0)
@@ -150,15 +226,12 @@ def gae_advantages_and_returns(
     for i, (r, v) in enumerate(zip(token_rewards, values)):
         padded_rewards[i, : lengths[i]] = r.float()
         padded_values[i, : lengths[i]] = v.detach().float()
-
-    advantages = torch.zeros_like(padded_rewards)
-    running = torch.zeros(len(lengths), device=device)
-    for t in reversed(range(width)):
-        next_value = padded_values[:, t + 1] if t + 1 < width else torch.zeros_like(running)
-        delta = padded_rewards[:, t] + gamma * next_value - padded_values[:, t]
-        running = delta + gamma * lambd * running
-        advantages[:, t] = running
-    returns = advantages + padded_values
+    if width == 0:
+        advantages = returns = padded_rewards
+    elif chunked:
+        advantages, returns = chunked_gae(padded_rewards, padded_values, gamma, lambd)
+    else:
+        advantages, returns = vanilla_gae(padded_rewards, padded_values, gamma, lambd)
     return (
         [advantages[i, :n] for i, n in enumerate(lengths)],
         [returns[i, :n] for i, n in enumerate(lengths)],
@@ -191,7 +264,8 @@ def get_reinforce_plus_plus_returns(
         r[kept[-1]] += float(rewards[i])
         token_rewards.append(r)
     zeros = [torch.zeros_like(r) for r in token_rewards]
-    returns, _ = gae_advantages_and_returns(token_rewards, zeros, gamma=gamma, lambd=1.0)
+    # slime sums REINFORCE++ returns step by step, so the serial scan (no chunked rounding)
+    returns, _ = gae_advantages_and_returns(token_rewards, zeros, gamma=gamma, lambd=1.0, chunked=False)
     return returns
 
 

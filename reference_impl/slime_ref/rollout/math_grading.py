@@ -1,213 +1,362 @@
-"""Deciding whether a model's math answer equals the reference answer.
+"""Deciding whether a model's math answer equals the reference answer, exactly as slime v0.3.1 does.
 
-Used by the ``math``, ``deepscaler`` and ``boxed_*`` rewards. Three tests, cheapest first:
+slime grades ``math`` and ``deepscaler`` with DeepScaleR's checker (``slime/rollout/rm_hub/math_utils.py``,
+itself Hendrycks' MATH normaliser plus a sympy check). The names of the public functions are slime's,
+so a reader can put the two side by side. Two tests, either one suffices:
 
-1. the normalised strings are equal (LaTeX noise, units, ``x =``, thousands commas, spaces removed);
-2. both are exact rationals (``1/2``, ``0.5``, ``\\frac{1}{2}``, ``-3``, ``2.50``) with equal value;
-3. both parse as small symbolic expressions (``\\sqrt{8}`` vs ``2\\sqrt{2}``) whose difference
-   simplifies to 0. Only a whitelisted alphabet reaches the parser, so model output cannot run code.
+1. **mathd** (:func:`grade_answer_mathd`): both answers go through Hendrycks' string normaliser
+   (:func:`mathd_normalize_answer`) and must then be identical. It knows ``\\frac12``, ``\\dfrac``,
+   ``0.5 == \\frac{1}{2}``, ``3/4 == \\frac{3}{4}``, degrees, ``\\$``, ``\\%``, ``k = 5``.
+2. **sympy** (:func:`grade_answer_sympy`): a second normaliser (units, ``$``, ``%``, LaTeX to text
+   via ``pylatexenc``, thousands commas, case) and then, element by element for tuples:
+   fractions ``a/b`` must match as written (so ``2/4`` is not ``1/2``); an integer only matches an
+   integer; anything else is equal if sympy simplifies the difference to 0. Expressions with more
+   than two distinct letters or big powers never reach sympy, so model output cannot run code or hang.
 
-Tuples and intervals (``(1, 2)``) compare element by element with the same brackets.
+The answer is the content of the ``\\boxed{...}`` that :func:`last_boxed_only_string` picks: the last
+``\\boxed`` in the text, which must be followed by braces (``\\boxed 5`` and ``\\fbox{5}`` give no answer).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from fractions import Fraction
 
 # --------------------------------------------------------------------------------------------
 # Extracting the answer
 # --------------------------------------------------------------------------------------------
 
 
-def last_boxed_answer(text: str) -> str | None:
-    """Contents of the last ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed 5``) in ``text``; None if absent."""
-    if not isinstance(text, str):
-        return None
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+def last_boxed_only_string(text: str) -> str | None:
+    """The last ``\\boxed...{...}`` span (with its balanced braces), else the last ``\\fbox`` one; None if none.
+
+    The span starts at the LAST ``\\boxed``; if no brace group closes after it, there is no answer,
+    even when an earlier box was complete.
+    """
+    start = text.rfind("\\boxed")
     if start < 0:
-        return None
-    rest = text[start:].removeprefix("\\boxed").removeprefix("\\fbox")
-    if rest.startswith(" "):  # "\boxed 5": the answer runs to the next space or "$"
-        return rest.split()[0].split("$")[0] if rest.strip() else None
-    if not rest.startswith("{"):
-        return None
+        start = text.rfind("\\fbox")
+        if start < 0:
+            return None
     depth = 0
-    for i, ch in enumerate(rest):
-        depth += {"{": 1, "}": -1}.get(ch, 0)
-        if depth == 0:
-            return rest[1:i]
-    return None  # unbalanced braces: the box never closes
-
-
-_ANSWER_PHRASE = re.compile(r"(?:final answer|answer)\s*(?:is|:)\s*(.+?)\s*\.?\s*$", re.IGNORECASE | re.DOTALL)
-
-
-# --------------------------------------------------------------------------------------------
-# Normalising
-# --------------------------------------------------------------------------------------------
-
-_DELETE = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "~", "^{\\circ}", "^\\circ", "\\circ", "°",
-           "\\%", "%", "\\$", "$", "{,}", "\\displaystyle", "<|im_end|>", "<|endoftext|>")
-_UNIT_WORDS = ("degrees", "degree", "units", "unit", "cm", "meters", "meter", "inches", "feet", "hours", "minutes",
-               "seconds", "dollars", "cents")
-
-
-def _unwrap_command(text: str, command: str) -> str:
-    """``\\text{abc}`` -> ``abc`` for every occurrence of ``command`` (braces balanced, innermost first)."""
-    pattern = re.compile(re.escape(command) + r"\{([^{}]*)\}")
-    while True:
-        new = pattern.sub(r"\1", text)
-        if new == text:
-            return text
-        text = new
-
-
-@functools.lru_cache(maxsize=8192)  # pure, and a rollout grades the same labels and answers many times
-def normalize_answer(answer: str) -> str:
-    """A canonical string form of a short math answer (see the module docstring)."""
-    s = str(answer).strip()
-    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
-        if s.startswith(left) and s.endswith(right) and len(s) > len(left) + len(right):
-            s = s[len(left) : -len(right)].strip()
-    # a trailing \text{...} after a number is a unit: "5 \text{ cm}" -> "5"
-    s = re.sub(r"(\d)\s*\\(?:text|mbox|mathrm)\{[^{}]*\}\s*$", r"\1", s)
-    for command in ("\\text", "\\textbf", "\\mathrm", "\\mbox", "\\mathbf", "\\boxed"):
-        s = _unwrap_command(s, command)
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    for noise in _DELETE:
-        s = s.replace(noise, "")
-    s = s.strip().rstrip(".").strip()
-    # "x = 5", "k=3" -> "5"
-    s = re.sub(r"^[A-Za-z](?:_\{?\w+\}?)?\s*=\s*", "", s)
-    s = re.sub(r"(?<=\d)\s*(?:" + "|".join(_UNIT_WORDS) + r")\b\.?$", "", s)
-    # \frac12 -> \frac{1}{2}, \frac1{2} -> \frac{1}{2}, \sqrt2 -> \sqrt{2}
-    s = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", s)
-    s = re.sub(r"\\frac(\d)\{", r"\\frac{\1}{", s)
-    s = re.sub(r"\\sqrt(\d+)", r"\\sqrt{\1}", s)
-    # 1,000,000 -> 1000000 (only well-formed thousands groups, so tuples keep their commas)
-    s = re.sub(r"(?<![\d.])(\d{1,3}(?:,\d{3})+)(?![\d,])", lambda m: m.group(1).replace(",", ""), s)
-    s = re.sub(r"\s+", "", s)
-    while s.startswith("{") and s.endswith("}") and _balanced(s[1:-1]):
-        s = s[1:-1]
-    if s.startswith("."):
-        s = "0" + s
-    return s.lower()
-
-
-def _balanced(s: str) -> bool:
-    depth = 0
-    for ch in s:
-        depth += {"{": 1, "}": -1}.get(ch, 0)
-        if depth < 0:
-            return False
-    return depth == 0
-
-
-# --------------------------------------------------------------------------------------------
-# Comparing
-# --------------------------------------------------------------------------------------------
-
-_INT_OR_DECIMAL = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)$")
-_SLASH = re.compile(r"^([-+]?\d+)/([-+]?\d+)$")
-_FRAC = re.compile(r"^([-+]?)\\frac\{([-+]?\d+)\}\{([-+]?\d+)\}$")
-
-
-def to_rational(s: str) -> Fraction | None:
-    """Exact value of a normalised integer, decimal or simple fraction; None for anything else."""
-    try:
-        if _INT_OR_DECIMAL.match(s):
-            return Fraction(s)
-        if m := _SLASH.match(s):
-            return Fraction(int(m[1]), int(m[2]))
-        if m := _FRAC.match(s):
-            value = Fraction(int(m[2]), int(m[3]))
-            return -value if m[1] == "-" else value
-    except (ValueError, ZeroDivisionError):
-        return None
+    for end in range(start, len(text)):
+        if text[end] == "{":
+            depth += 1
+        elif text[end] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start : end + 1]
     return None
 
 
-def _split_tuple(s: str) -> tuple[str, list[str]] | None:
-    """``(1,2)`` -> ("()", ["1", "2"]) when s is a bracketed list with top-level commas."""
-    if len(s) < 3 or s[0] not in "([" or s[-1] not in ")]":
-        return None
-    items, depth, current = [], 0, ""
-    for ch in s[1:-1]:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            items.append(current)
-            current = ""
+def remove_boxed(span: str | None) -> str | None:
+    """``\\boxed{x}`` -> ``x``; None for anything else (``\\fbox{x}``, ``\\boxed x``, None)."""
+    if isinstance(span, str) and span.startswith("\\boxed{") and span.endswith("}"):
+        return span[len("\\boxed{") : -1]
+    return None
+
+
+def extract_boxed_answer(text: str) -> str | None:
+    return remove_boxed(last_boxed_only_string(text))
+
+
+def extract_answer(text: str) -> str | None:
+    """The boxed answer of ``text``, or None when it has no ``\\boxed`` at all."""
+    return extract_boxed_answer(text) if "\\boxed" in text else None
+
+
+# --------------------------------------------------------------------------------------------
+# Test 1: Hendrycks' string normaliser (mathd)
+# --------------------------------------------------------------------------------------------
+
+_WHOLE_TEXT = re.compile(r"^\\text\{(?P<text>.+?)\}$")
+
+
+class _Unchanged(Exception):
+    """A malformed answer: the mathd normaliser gives it back as it was."""
+
+
+def _expand_frac_shorthand(s: str) -> str:
+    """``\\frac12`` -> ``\\frac{1}{2}``, ``\\frac1{2}`` -> ``\\frac{1}{2}``; braces already there are kept."""
+    head, *pieces = s.split("\\frac")
+    out = head
+    for piece in pieces:
+        out += "\\frac"
+        if not piece:
+            raise _Unchanged  # "\frac" at the very end
+        if piece[0] == "{":
+            out += piece
+        elif len(piece) < 2:
+            return s  # "\frac1": too short to expand; the whole string stays
+        elif piece[1] != "{":
+            out += "{" + piece[0] + "}{" + piece[1] + "}" + piece[2:]
         else:
-            current += ch
-    items.append(current)
-    return (s[0] + s[-1], items) if len(items) > 1 else None
+            out += "{" + piece[0] + "}" + piece[1:]
+    return out
 
 
-_SYMPY_FUNCTIONS = ("sqrt", "pi", "oo", "log", "ln", "sin", "cos", "tan", "exp")
-_SAFE_SYMPY_TEXT = re.compile(r"^[0-9a-z+\-*/().,\s]*$")
+def _expand_sqrt_shorthand(s: str) -> str:
+    """``\\sqrt3`` -> ``\\sqrt{3}`` (one character)."""
+    head, *pieces = s.split("\\sqrt")
+    out = head
+    for piece in pieces:
+        if not piece:
+            raise _Unchanged  # "\sqrt" at the very end
+        out += "\\sqrt" + (piece if piece[0] == "{" else "{" + piece[0] + "}" + piece[1:])
+    return out
 
 
-def _latex_to_sympy_text(s: str) -> str | None:
-    """Rewrite a normalised answer in sympy syntax; None if it uses anything else."""
-    s = s.replace("\\cdot", "*").replace("\\times", "*").replace("\\pi", "pi").replace("\\infty", "oo")
-    s = s.replace("\\ln", "ln").replace("\\log", "log")
-    for _ in range(10):  # innermost first, so nested fractions and roots resolve
-        new = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", s)
-        new = re.sub(r"\\sqrt\[([^{}\[\]]*)\]\{([^{}]*)\}", r"((\2)**(1/(\1)))", new)
-        new = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", new)
-        if new == s:
-            break
-        s = new
-    s = s.replace("^", "**").replace("{", "(").replace("}", ")")
-    if "\\" in s or not _SAFE_SYMPY_TEXT.match(s) or len(s) > 100:
-        return None
-    words = set(re.findall(r"[a-z]+", s))
-    if any(len(w) > 1 and w not in _SYMPY_FUNCTIONS for w in words):
-        return None  # prose, not an expression
-    if re.search(r"\*\*\s*\(?\s*\d{3,}", s) or s.count("**") > 3:
-        return None  # huge powers can make sympy spin
-    return s
-
-
-def _sympy_equal(a: str, b: str) -> bool:
-    ta, tb = _latex_to_sympy_text(a), _latex_to_sympy_text(b)
-    if ta is None or tb is None:
-        return False
-    import sympy
-    from sympy.parsing.sympy_parser import implicit_multiplication_application, parse_expr, standard_transformations
-
-    names = {
-        "sqrt": sympy.sqrt, "pi": sympy.pi, "oo": sympy.oo, "log": sympy.log, "ln": sympy.log,
-        "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan, "exp": sympy.exp,
-        "Integer": sympy.Integer, "Float": sympy.Float, "Rational": sympy.Rational, "Symbol": sympy.Symbol,
-    }
-    transformations = standard_transformations + (implicit_multiplication_application,)
+def _slash_to_frac(s: str) -> str:
+    """``3/4`` -> ``\\frac{3}{4}`` when both sides are plain integers written canonically."""
+    parts = s.split("/")
+    if len(parts) != 2:
+        return s
     try:
-        ea = parse_expr(ta, local_dict={}, global_dict={"__builtins__": {}, **names}, transformations=transformations)
-        eb = parse_expr(tb, local_dict={}, global_dict={"__builtins__": {}, **names}, transformations=transformations)
-        return bool(sympy.simplify(ea - eb) == 0)
-    except Exception:  # unparsable or unsimplifiable: not shown equal
+        a, b = int(parts[0]), int(parts[1])
+    except ValueError:
+        return s
+    return "\\frac{" + str(a) + "}{" + str(b) + "}" if s == f"{a}/{b}" else s
+
+
+def _hendrycks_strip(s: str) -> str:
+    """Hendrycks' MATH ``_strip_string``: a fixed sequence of LaTeX clean-ups; order matters."""
+    s = s.replace("\n", "").replace("\\!", "").replace("\\\\", "\\")
+    s = s.replace("tfrac", "frac").replace("dfrac", "frac")
+    s = s.replace("\\left", "").replace("\\right", "")
+    s = s.replace("^{\\circ}", "").replace("^\\circ", "")
+    s = s.replace("\\$", "")
+    if "\\text{ " in s:  # "\text{ cm}" style units on the right
+        parts = s.split("\\text{ ")
+        if len(parts) != 2:
+            raise _Unchanged
+        s = parts[0]
+    s = s.replace("\\%", "")
+    s = s.replace(" .", " 0.").replace("{.", "{0.")
+    if not s:
+        return s
+    if s[0] == ".":
+        s = "0" + s
+    sides = s.split("=")
+    if len(sides) == 2 and len(sides[0]) <= 2:  # "k = 5" -> " 5"
+        s = sides[1]
+    s = _expand_sqrt_shorthand(s)
+    s = s.replace(" ", "")
+    s = _expand_frac_shorthand(s)
+    if s == "0.5":
+        s = "\\frac{1}{2}"
+    return _slash_to_frac(s)
+
+
+def mathd_normalize_answer(answer: str | None) -> str | None:
+    """Hendrycks' normal form of an answer; None stays None, a malformed answer comes back stripped."""
+    if answer is None:
+        return None
+    answer = answer.strip()
+    m = _WHOLE_TEXT.search(answer)
+    if m is not None:
+        answer = m.group("text").strip()
+    try:
+        return _hendrycks_strip(answer)
+    except _Unchanged:
+        return answer
+
+
+def grade_answer_mathd(given_answer: str | None, ground_truth: str | None) -> bool:
+    return mathd_normalize_answer(ground_truth) == mathd_normalize_answer(given_answer)
+
+
+# --------------------------------------------------------------------------------------------
+# Test 2: the sympy normaliser and comparison
+# --------------------------------------------------------------------------------------------
+
+_UNIT_WORDS = ("degree", "cm", "centimeter", "meter", "mile", "second", "minute", "hour", "day", "week", "month",
+               "year", "foot", "feet", "inch", "yard")
+_UNITS = [re.compile(unit + r"(es)?(s)? *(\^[0-9]+)?") for unit in _UNIT_WORDS]
+_THOUSANDS_COMMA = re.compile(r"(\d)(,)(\d\d\d)($|\D)")
+_MIXED_NUMBER = re.compile("([0-9]) +([0-9])")  # "7 3/4" -> "7+3/4"
+_FRACTION = re.compile(r"^-?[0-9]+.?/0*[1-9][0-9]*.?$")
+_TUPLE_BRACKETS = "()[]"
+_TOO_HARD_FOR_SYMPY = ("^{", "^(")
+_BIG_POWERS = (re.compile(r"\^[0-9]+\^"), re.compile(r"\^[0-9][0-9]+"))
+
+
+def _strip_thousands_commas(expr: str) -> str:
+    """``1,000,000`` -> ``1000000``; commas between tuple items stay."""
+    while True:
+        new = _THOUSANDS_COMMA.sub(r"\1\3\4", expr)
+        if new == expr:
+            return expr
+        expr = new
+
+
+def _as_float(s: str) -> float | None:
+    try:
+        return float(s)
+    except (ValueError, TypeError):
+        return None
+
+
+def _is_whole(x: float) -> bool:
+    try:
+        return abs(x - round(x)) <= 1e-7
+    except (ValueError, OverflowError):  # nan, inf
         return False
 
 
-@functools.lru_cache(maxsize=8192)  # pure; spares repeated sympy work on the same pairs
-def answers_equal(given: str, reference: str) -> bool:
-    """True if ``given`` and ``reference`` are the same math answer."""
-    a, b = normalize_answer(given), normalize_answer(reference)
-    if not a or not b:
+def _str_is_int(s: str) -> bool:
+    x = _as_float(_strip_thousands_commas(s))
+    return x is not None and _is_whole(x)
+
+
+@functools.lru_cache(maxsize=1)
+def _latex_to_text_converter():
+    from pylatexenc import latex2text
+
+    return latex2text.LatexNodes2Text()
+
+
+def _latex_to_text(expr: str) -> str:
+    """LaTeX -> plain text sympy can read (``\\frac{1}{2}`` -> ``1/2``, ``\\sqrt{2}`` -> ``sqrt(2)``)."""
+    expr = expr.replace("\\tfrac", "\\frac").replace("\\dfrac", "\\frac")
+    expr = expr.replace("\\frac", " \\frac")  # keeps a mixed number "1\frac{1}{2}" apart
+    expr = _latex_to_text_converter().latex_to_text(expr)
+    for symbol, name in (("√", "sqrt"), ("π", "pi"), ("∞", "inf"), ("∪", "U"), ("·", "*"), ("×", "*")):
+        expr = expr.replace(symbol, name)
+    return expr.strip()
+
+
+def sympy_normalize(expr: str | None) -> str | None:
+    """The sympy path's normal form: lower-case text without units, ``$``, ``%``, braces or spaces."""
+    if expr is None:
+        return None
+    m = _WHOLE_TEXT.search(expr)
+    if m is not None:
+        expr = m.group("text")
+    expr = expr.replace("\\%", "%").replace("\\$", "$").replace("$", "").replace("%", "")
+    expr = expr.replace(" or ", " , ").replace(" and ", " , ")
+    expr = expr.replace("million", "*10^6").replace("billion", "*10^9").replace("trillion", "*10^12")
+    for unit in _UNITS:
+        expr = unit.sub("", expr)
+    expr = re.sub(r"\^ *\\circ", "", expr)
+    if expr and expr[0] == "{" and expr[-1] == "}":
+        expr = expr[1:-1]
+    expr = re.sub(r",\\! *", "", expr)
+    value = _as_float(expr)
+    if value is not None and _is_whole(value):
+        expr = str(round(value))
+    if "\\" in expr:
+        try:
+            expr = _latex_to_text(expr)
+        except Exception:  # noqa: BLE001,S110 - pylatexenc gives up on malformed LaTeX: keep the text as it is
+            pass
+    expr = re.sub("- *", "-", expr)
+    expr = _MIXED_NUMBER.sub(r"\1+\2", expr)
+    expr = expr.replace(" ", "").replace("{", "").replace("}", "").lower()
+    if _str_is_int(expr):
+        expr = str(int(float(expr.replace(",", ""))))
+    return expr
+
+
+def _split_tuple(expr: str) -> list[str]:
+    """``(1,2)`` -> ["1", "2"]; anything that is not one flat bracketed list is a single element."""
+    expr = _strip_thousands_commas(expr)
+    if not expr:
+        return []
+    inner = expr[1:-1]
+    if (len(expr) > 2 and expr[0] in _TUPLE_BRACKETS and expr[-1] in _TUPLE_BRACKETS
+            and not any(ch in inner for ch in _TUPLE_BRACKETS)):
+        return [item.strip() for item in inner.split(",")]
+    return [expr]
+
+
+def _safe_for_sympy(expr: str) -> bool:
+    """At most two distinct letters (besides sqrt/frac) and no big or nested powers: no prose, no hangs."""
+    letters = {ch for ch in expr.replace("sqrt", "").replace("frac", "") if ch.isalpha()}
+    if len(letters) > 2:
         return False
-    if a == b:
+    if any(bad in expr for bad in _TOO_HARD_FOR_SYMPY):
+        return False
+    return not any(p.search(expr) for p in _BIG_POWERS)
+
+
+@functools.lru_cache(maxsize=1)
+def _sympy_namespace() -> dict:
+    import sympy
+
+    # sympy's public names and no builtins: names like Integer that the parser emits still resolve
+    return {"__builtins__": {}, **{k: v for k, v in vars(sympy).items() if not k.startswith("_")}}
+
+
+def _equal_under_sympy(ground_truth: str, given: str) -> bool:
+    expr = f"({ground_truth})-({given})"
+    if not _safe_for_sympy(expr):
+        return False
+    try:
+        import sympy
+        from sympy.parsing import sympy_parser
+
+        difference = sympy_parser.parse_expr(
+            expr.replace("^", "**"),
+            local_dict={},
+            global_dict=_sympy_namespace(),
+            transformations=sympy_parser.standard_transformations
+            + (sympy_parser.implicit_multiplication_application,),
+        )
+        return sympy.simplify(difference) == 0
+    except Exception:  # noqa: BLE001 - unparsable or unsimplifiable (sympy raises many kinds): not equal
+        return False
+
+
+def grade_answer_sympy(given_answer: str, ground_truth: str | None) -> bool:
+    truth, given = sympy_normalize(ground_truth), sympy_normalize(given_answer)
+    if truth is None or given is None:
+        return False
+    if truth == given:
         return True
-    ta, tb = _split_tuple(a), _split_tuple(b)
-    if ta or tb:
-        return bool(ta and tb and ta[0] == tb[0] and len(ta[1]) == len(tb[1])
-                    and all(answers_equal(x, y) for x, y in zip(ta[1], tb[1])))
-    ra, rb = to_rational(a), to_rational(b)
-    if ra is not None and rb is not None:
-        return ra == rb
-    return _sympy_equal(a, b)
+    if not given:
+        return False
+    truth_items, given_items = _split_tuple(truth), _split_tuple(given)
+    if len(truth_items) > 1 and (truth[0] != given[0] or truth[-1] != given[-1]):
+        return False  # (1,2) is not [1,2]
+    if len(truth_items) != len(given_items):
+        return False
+    for t, g in zip(truth_items, given_items):
+        if _FRACTION.search(t) and _FRACTION.search(g):
+            ok = t == g  # an unreduced fraction is a wrong answer: no simplification here
+        elif _str_is_int(t) != _str_is_int(g):
+            ok = False  # an integer answer must be given as an integer
+        else:
+            ok = _equal_under_sympy(t, g)
+        if not ok:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# The whole check
+# --------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8192)  # pure; a rollout grades the same labels and answers many times
+def answers_equal(given: str, ground_truth: str | None) -> bool:
+    """mathd or sympy: True if ``given`` (already out of its box) is the reference answer."""
+    return grade_answer_mathd(given, ground_truth) or grade_answer_sympy(given, ground_truth)
+
+
+def reference_answer(label) -> str | None:
+    """The label as text; a label with a ``\\boxed`` (a full solution) is reduced to its box (maybe None)."""
+    label = str(label)
+    return extract_answer(label) if "\\boxed" in label else label
+
+
+def grade_answer_verl(solution: str, ground_truth) -> bool:
+    """slime's ``math`` rule: the boxed answer of ``solution`` against ``ground_truth``.
+
+    A falsy label (None, "", and also the integer 0, as in slime) never matches.
+    """
+    if not ground_truth:
+        return False
+    given = extract_answer(solution)
+    if given is None:
+        return False
+    return answers_equal(given, reference_answer(ground_truth))

@@ -8,25 +8,31 @@ Which function scores a sample, in slime's order:
    one reward per sample;
 3. ``sample.metadata["rm_type"]`` or ``--rm-type``: a built-in rule below.
 
-Built-in rules (``--rm-type``):
+Built-in rules (``--rm-type``) give slime v0.3.1's value for every input slime scores (checked by
+``tests/conformance``); where slime itself raises (a None response, a None label for deepscaler, a
+non-integer dapo label) they give the failure score instead and never raise:
 
-- ``math``: 1 if the last ``\\boxed{}`` of the response equals the label, else 0. As in slime, a
-  response without a box scores 0, so this rule also teaches the answer format. Equivalent forms
-  count: 1/2, 0.5, \\frac{1}{2}.
-- ``deepscaler``: like math, but only the part after ``</think>`` (or ``###Response``) is read and
-  the answer must be boxed; no such marker gives 0.
-- ``dapo``: DAPO's Minerva-style check of the last "Answer: ..." line against an integer label;
-  returns ``{"score": 1.0 or -1.0, "acc": bool, "pred": str}`` (train with ``--reward-key score``).
+- ``math``: 1 if the last ``\\boxed{}`` of the response is the label, else 0 (see
+  :mod:`slime_ref.rollout.math_grading`). A response without a box scores 0, so this rule also
+  teaches the answer format. ``1/2``, ``0.5`` and ``\\frac{1}{2}`` count as equal; ``2/4`` does not.
+- ``deepscaler``: like math, but only the part after ``</think>`` (or ``###Response``) is read;
+  no such marker gives 0.
+- ``dapo``: DAPO's Minerva-style check of the last "Answer: ..." line in the last 300 characters
+  against an integer label; returns ``{"score": 1.0 or -1.0, "acc": bool, "pred": str}`` (train with
+  ``--reward-key score``).
 - ``f1``: SQuAD token F1 between the response and the label.
+- ``gpqa``: multiple choice; the chosen letter (or the answer text) against the label, a letter,
+  an index or the text of a choice; ``metadata`` may give ``choices``, ``correct_letter``,
+  ``valid_letters``.
 - ``remote_rm``: POST ``{"prompt", "response", "label"}`` to ``--rm-url`` and use the JSON reply.
 - ``random``: 0 or 1 at random (a pipeline smoke test).
 
 A ``boxed_`` prefix (``boxed_math``, ``boxed_f1``, ...) first takes the last ``\\boxed{...}`` of the
 response and grades only that; a response without a box scores 0 (dapo: -1). slime v0.3.1 passes
 the extracted text back into the full rule, which then looks for a box, ``</think>`` or "Answer:"
-again, so its ``boxed_math``, ``boxed_deepscaler`` and ``boxed_dapo`` can never score; here they do.
-For a launch script that must behave the same in slime and slime-ref, use ``math``: it already
-requires the box.
+again, so its ``boxed_math``, ``boxed_deepscaler`` and ``boxed_dapo`` can never score; here they do
+(listed in reference_impl/ARCHITECTURE.md, "Where slime-ref differs from slime"). For a launch
+script that must behave the same in slime and slime-ref, use ``math``: it already requires the box.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from typing import Any
 import aiohttp
 
 from slime_ref.errors import UserError
-from slime_ref.rollout.math_grading import answers_equal, last_boxed_answer
+from slime_ref.rollout.math_grading import answers_equal, extract_answer, grade_answer_verl, reference_answer
 from slime_ref.types import Sample
 from slime_ref.utils.hooks import load_function
 
@@ -60,120 +66,246 @@ REMOTE_RM_MAX_RETRIES = 10
 # ---------------------------------------------------------------------------------------------
 
 
-def _label_answer(label: Any) -> str:
-    """The reference answer as text; a boxed label (a full solution) contributes its box."""
-    label = "" if label is None else str(label)
-    return last_boxed_answer(label) or label
-
-
 def math_reward(response: str, label: Any) -> int:
-    answer = last_boxed_answer(response)
-    if answer is None:
-        return 0  # slime's math rule grades only a boxed answer
-    return int(answers_equal(answer, _label_answer(label)))
+    if not isinstance(response, str):
+        return 0  # no response (a failed custom generate): slime raises here
+    return 1 if grade_answer_verl(response, label) else 0
+
+
+def _grade_boxed_answer(answer: str, label: Any) -> int:
+    """1 if ``answer`` (already out of its box) is the label; a boxed label contributes its box."""
+    truth = reference_answer(label)
+    return int(truth is not None and answers_equal(answer, truth))
 
 
 def deepscaler_reward(response: str, label: Any) -> int:
+    if not isinstance(response, str):
+        return 0
     if "</think>" in response:
         solution = response.split("</think>")[-1]
     elif "###Response" in response:
         solution = response.split("###Response")[1]
     else:
         return 0  # no end of reasoning: no answer
-    answer = last_boxed_answer(solution)
-    if answer is None or label in (None, ""):
+    answer = extract_answer(solution)
+    if answer is None or label == "":
         return 0
-    return int(answers_equal(answer, _label_answer(label)))
+    if not isinstance(label, (str, float, int)):
+        return 0  # None or a list: slime's assert fails
+    return _grade_boxed_answer(answer, label)
 
 
 _DAPO_ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
-_DAPO_UNITS = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "points", "feet",
-               "minutes", "digits", "cents", "degrees", "cm", "pounds", "meters", "students")
+# DAPO's normaliser (Minerva, lm-evaluation-harness hendrycks_math): replacements, then removals, in order
+_DAPO_REPLACE = (("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
+                 (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"))
+_DAPO_REMOVE = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
+                "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals",
+                "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
+                "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", r"\mathrm{th}", r"^\circ", r"^{\circ}", r"\;",
+                r",\!", "{,}", '"', "\\dots", "<|im_end|>", "<|endoftext|>")
+_DAPO_FIRST_MATH = re.compile(r"(.*?)(\$)(.*?)(\$)(.*)")  # keeps only the first $...$ of the answer
+_DAPO_UNWRAP = [re.compile(r"(\\" + command + r"\{)(.*?)(\})") for command in ("text", "textbf", "overline")]
+_DAPO_BOXED = re.compile(r"(\\boxed\{)(.*)(\})")
 
 
-def _dapo_normalize(answer: str) -> str:
-    """DAPO's normalisation of a final answer: the last '=' side, LaTeX and unit words stripped."""
+def normalize_final_answer(answer: Any) -> str:
+    """DAPO's normal form of a final answer: the last ``=`` side, articles, spaces, units, LaTeX stripped."""
     s = str(answer).split("=")[-1]
-    for command in ("\\text", "\\textbf", "\\overline", "\\boxed"):
-        s = re.sub(re.escape(command) + r"\{(.*?)\}", r"\1", s)
-    for noise in ("\\$", "$", "\\ ", " ", "\\!", "{,}", "\\,", "^\\circ", "^{\\circ}", "\\%", "<|im_end|>",
-                  "<|endoftext|>"):
+    for old, new in _DAPO_REPLACE:
+        s = s.replace(old, new)
+    for noise in _DAPO_REMOVE:
         s = s.replace(noise, "")
-    for unit in _DAPO_UNITS:
-        s = s.replace(unit, "")
-    s = re.sub(r"frac([^{])(.)", r"frac{\1}{\2}", s)
-    s = re.sub(r"sqrt([^{])", r"sqrt{\1}", s)
+    s = _DAPO_FIRST_MATH.sub(lambda m: "$" + m.group(3) + "$", s)
+    for pattern in _DAPO_UNWRAP:
+        s = pattern.sub(lambda m: m.group(2), s)
+    s = _DAPO_BOXED.sub(lambda m: m.group(2), s)
+    s = re.sub(r"(frac)([^{])(.)", lambda m: "frac{" + m.group(2) + "}{" + m.group(3) + "}", s)
+    s = re.sub(r"(sqrt)([^{])", lambda m: "sqrt{" + m.group(2) + "}", s)
+    s = s.replace("$", "")
     if s.replace(",", "").isdigit():
         s = s.replace(",", "")
-    return s.strip().rstrip(".")
+    return s.strip()
 
 
 def _dapo_score(pred: str, label: Any) -> dict:
-    truth = _dapo_normalize(_label_answer(label))
     try:
-        truth = str(int(float(truth)))  # DAPO's answers are integers: "34.0" -> "34"
-    except ValueError:
-        pass
+        truth = str(int(float(normalize_final_answer(label))))  # DAPO's answers are integers: "34.0" -> "34"
+    except (ValueError, OverflowError):
+        truth = None  # not an integer label: slime raises; nothing matches
     correct = pred == truth
     return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
 
 
 def dapo_reward(response: str, label: Any) -> dict:
+    if not isinstance(response, str):
+        return _dapo_score("[INVALID]", None)
     lines = _DAPO_ANSWER_LINE.findall(response[-300:])  # DAPO reads only the tail of the response
-    return _dapo_score(_dapo_normalize(lines[-1]) if lines else "[INVALID]", label)
+    return _dapo_score(normalize_final_answer(lines[-1] if lines else "[INVALID]"), label)
 
 
-def _f1_normalize(text: str) -> list[str]:
-    text = "".join(ch for ch in str(text).lower() if ch not in set(string.punctuation))
-    return re.sub(r"\b(a|an|the)\b", " ", text).split()
+def normalize_f1_answer(text: str) -> str:
+    """SQuAD's normal form: lower case, punctuation dropped, articles dropped, whitespace collapsed."""
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+def f1_score(prediction: str | None, ground_truth: str) -> tuple[float, float, float]:
+    """(f1, precision, recall) of the tokens; a yes/no/noanswer answer on either side must match exactly."""
+    if not isinstance(prediction, str) or not isinstance(ground_truth, str):
+        return 0, 0, 0
+    pred, truth = normalize_f1_answer(prediction), normalize_f1_answer(ground_truth)
+    special = ("yes", "no", "noanswer")
+    if (pred in special or truth in special) and pred != truth:
+        return 0, 0, 0
+    common = sum((Counter(pred.split()) & Counter(truth.split())).values())
+    if common == 0:
+        return 0, 0, 0
+    precision, recall = common / len(pred.split()), common / len(truth.split())
+    return 2 * precision * recall / (precision + recall), precision, recall
 
 
 def f1_reward(response: str, label: Any) -> float:
-    """SQuAD token F1; a yes/no/noanswer answer on either side must match exactly."""
-    pred, truth = _f1_normalize(response), _f1_normalize(label)
-    special = {"yes", "no", "noanswer"}
-    if (" ".join(pred) in special or " ".join(truth) in special) and pred != truth:
-        return 0.0
-    common = sum((Counter(pred) & Counter(truth)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(pred), common / len(truth)
-    return 2 * precision * recall / (precision + recall)
+    return f1_score(response, label)[0]
 
 
-RULES: dict[str, Callable[[str, Any], Any]] = {
+GPQA_DEFAULT_LETTERS = tuple(string.ascii_uppercase[:10])
+# tried in order; the first hit whose letter is valid wins
+_GPQA_LETTER_PATTERNS = (
+    re.compile(r"(?:answer|option|choice)\s*(?:is|:)?\s*([A-Z])", re.IGNORECASE),
+    re.compile(r"([A-Z])\s*(?:is\s*(?:the)?\s*correct)", re.IGNORECASE),
+    re.compile(r"final\s*(?:answer|option)\s*(?:is|:)?\s*([A-Z])", re.IGNORECASE),
+)
+
+
+def _after_reasoning(text: str) -> str:
+    return text.rsplit("</think>", 1)[-1] if text else ""
+
+
+def _gpqa_text(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", " ", text.lower()).strip()
+
+
+def gpqa_letter(response: str | None, valid_letters) -> str | None:
+    """The option letter a response chose: a phrase like "answer is B", else its last standalone valid letter."""
+    if not response:
+        return None
+    text = _after_reasoning(response)
+    valid = {letter.upper() for letter in valid_letters}
+    for pattern in _GPQA_LETTER_PATTERNS:
+        m = pattern.search(text)
+        if m and m.group(1).upper() in valid:
+            return m.group(1).upper()
+    for letter in reversed(re.findall(r"\b([A-Z])\b", text)):
+        if letter in valid:
+            return letter
+    return None
+
+
+def gpqa_reward(response: str | None, label: Any, metadata: dict | None = None) -> float:
+    """slime's GPQA scorer: 1.0 if the response picks the right option, else 0.0.
+
+    The right option comes from ``metadata["correct_letter"]``, else a one-letter label, an integer
+    label (an index), or a label equal to the text of one of ``metadata["choices"]``. Without a
+    letter on both sides, a response that contains the right answer's text scores 1.0.
+    """
+    if not isinstance(response, str):
+        return 0.0
+    metadata = metadata if isinstance(metadata, dict) else {}
+    choices = metadata.get("choices")
+    try:
+        if isinstance(choices, dict):
+            choices = list(choices.values())
+        elif choices is not None:
+            choices = list(choices)
+        valid_letters = [str(letter).upper() for letter in metadata.get("valid_letters") or ()]
+    except TypeError:
+        return 0.0  # choices or valid_letters that are not lists: slime raises
+    if not valid_letters:
+        valid_letters = list(string.ascii_uppercase[: len(choices)] if choices else GPQA_DEFAULT_LETTERS)
+
+    correct = metadata.get("correct_letter")
+    correct = correct.strip().upper() if isinstance(correct, str) else None
+    label_text = None
+    if isinstance(label, str):
+        label_text = label.strip()
+        if len(label_text) == 1 and label_text.upper() in valid_letters and not correct:
+            correct = label_text.upper()
+    elif isinstance(label, (int, float)):
+        if not math.isfinite(label):
+            return 0.0  # nan or inf: slime raises
+        index = int(label)
+        if 0 <= index < len(valid_letters):
+            correct = valid_letters[index]
+    if not correct and choices and label_text:
+        for index, choice in enumerate(choices):
+            if _gpqa_text(str(choice)) == _gpqa_text(label_text):
+                correct = valid_letters[index] if index < len(valid_letters) else None
+                if correct is None:
+                    return 0.0  # more choices than letters: slime raises
+                metadata.setdefault("correct_answer", choice)  # as slime: the caller's metadata learns the answer
+                break
+
+    chosen = gpqa_letter(response, valid_letters)
+    if chosen and correct:
+        return 1.0 if chosen == correct else 0.0
+
+    targets = []
+    if correct and choices and correct in valid_letters:
+        index = valid_letters.index(correct)
+        if index < len(choices):
+            targets.append(str(choices[index]))
+    targets += [str(metadata[key]) for key in ("correct_answer", "answer_text") if metadata.get(key)]
+    if label_text:
+        targets.append(label_text)
+    said = _gpqa_text(_after_reasoning(response))
+    if any(target and target in said for target in {_gpqa_text(t) for t in targets if t}):
+        return 1.0
+    if chosen and not correct and label_text:
+        return 1.0 if chosen == label_text.upper() else 0.0
+    return 0.0
+
+
+RULES: dict[str, Callable[..., Any]] = {
     "math": math_reward,
     "deepscaler": deepscaler_reward,
     "dapo": dapo_reward,
     "f1": f1_reward,
+    "gpqa": gpqa_reward,
     "random": lambda response, label: random.randint(0, 1),
 }
 
 # How each rule grades an answer already taken out of its \boxed{} (the boxed_ prefix).
-BOXED_RULES: dict[str, Callable[[str, Any], Any]] = {
-    "math": lambda answer, label: int(answers_equal(answer, _label_answer(label))),
-    "deepscaler": lambda answer, label: int(answers_equal(answer, _label_answer(label))),
-    "dapo": lambda answer, label: _dapo_score(_dapo_normalize(answer), label),
+BOXED_RULES: dict[str, Callable[..., Any]] = {
+    "math": _grade_boxed_answer,
+    "deepscaler": lambda answer, label: _grade_boxed_answer(answer, label) if isinstance(label, (str, float, int))
+    and label != "" else 0,
+    "dapo": lambda answer, label: _dapo_score(normalize_final_answer(answer), label),
     "f1": f1_reward,
+    "gpqa": gpqa_reward,
     "random": RULES["random"],
 }
 
 
-def rule_based_reward(rm_type: str, response: str, label: Any) -> Any:
-    """Score ``response`` against ``label`` with the built-in rule ``rm_type`` (``boxed_`` prefix allowed)."""
+def rule_based_reward(rm_type: str, response: str, label: Any, metadata: dict | None = None) -> Any:
+    """Score ``response`` against ``label`` with the built-in rule ``rm_type`` (``boxed_`` prefix allowed).
+
+    ``metadata`` is the sample's; only ``gpqa`` reads it.
+    """
     rm_type = rm_type.strip()
-    if rm_type.startswith("boxed_"):
-        base = rm_type.removeprefix("boxed_")
-        if base not in BOXED_RULES:
-            raise UserError(f"--rm-type {rm_type}: unknown rule {base!r}; choose one of {', '.join(BOXED_RULES)}")
-        answer = last_boxed_answer(response)
-        if answer is None:  # the format the reward demands is missing
-            return _dapo_score("[NO BOX]", label) if base == "dapo" else 0
-        return BOXED_RULES[base](answer, label)
-    if rm_type not in RULES:
+    boxed = rm_type.startswith("boxed_")
+    base = rm_type.removeprefix("boxed_")
+    rules = BOXED_RULES if boxed else RULES
+    if base not in rules:
         raise UserError(f"--rm-type {rm_type}: unknown rule; choose one of {', '.join(RULES)}, remote_rm, "
                         "a boxed_ form, or pass --custom-rm-path")
-    return RULES[rm_type](response, label)
+    extra = {"metadata": metadata} if base == "gpqa" else {}
+    if not boxed:
+        return rules[base](response, label, **extra)
+    answer = extract_answer(response) if isinstance(response, str) else None
+    if answer is None:  # the format the reward demands is missing
+        return _dapo_score("[INVALID]", label) if base == "dapo" else 0
+    return rules[base](answer, label, **extra)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +381,7 @@ async def async_rm(args, sample: Sample, **kwargs) -> Any:
         raise UserError("no reward function: set --rm-type, --custom-rm-path, or metadata.rm_type in the data")
     if rm_type.removeprefix("boxed_") == "remote_rm":
         return _checked_reward(args, await remote_rm(args, sample), f"--rm-url {args.rm_url}", sample)
-    return rule_based_reward(rm_type, sample.response, sample.label)
+    return rule_based_reward(rm_type, sample.response, sample.label, metadata)
 
 
 async def batched_async_rm(args, samples: list[Sample], **kwargs) -> list[Any]:
@@ -299,9 +431,11 @@ def _checked_reward(args, reward: Any, name: str, sample: Sample) -> Any:
 __all__ = [
     "async_rm",
     "batched_async_rm",
-    "deepscaler_reward",
     "dapo_reward",
+    "deepscaler_reward",
     "f1_reward",
+    "f1_score",
+    "gpqa_reward",
     "math_reward",
     "remote_rm",
     "rule_based_reward",

@@ -40,7 +40,8 @@ from slime_ref.utils.hooks import load_function
 logger = logging.getLogger(__name__)
 ROLLOUT_RETRIES = 60  # slime's http_utils.post max_retries
 
-__all__ = ["RolloutFnEvalOutput", "RolloutFnTrainOutput", "generate", "generate_rollout", "sampling_params"]
+__all__ = ["RolloutFnEvalOutput", "RolloutFnTrainOutput", "call_rollout_fn", "generate", "generate_rollout",
+           "sampling_params"]
 
 
 @dataclass
@@ -55,6 +56,14 @@ class RolloutFnEvalOutput:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
+def call_rollout_fn(fn, *args, evaluation: bool, **kwargs) -> RolloutFnTrainOutput | RolloutFnEvalOutput:
+    """Call a rollout function; a legacy one's bare result (groups, or the eval dict) is wrapped as slime does."""
+    output = fn(*args, **kwargs, evaluation=evaluation)
+    if isinstance(output, (RolloutFnTrainOutput, RolloutFnEvalOutput)):
+        return output
+    return RolloutFnEvalOutput(data=output) if evaluation else RolloutFnTrainOutput(samples=output)
+
+
 def router_url(args) -> str:
     return f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
 
@@ -64,17 +73,17 @@ def sampling_params(args, *, evaluation: bool = False) -> dict[str, Any]:
     def pick(eval_value, rollout_value):
         return eval_value if evaluation and eval_value is not None else rollout_value
 
-    return dict(
-        temperature=pick(getattr(args, "eval_temperature", None), args.rollout_temperature),
-        top_p=pick(getattr(args, "eval_top_p", None), args.rollout_top_p),
-        top_k=pick(getattr(args, "eval_top_k", None), args.rollout_top_k),
-        max_new_tokens=pick(getattr(args, "eval_max_response_len", None), args.rollout_max_response_len),
-        stop=args.rollout_stop,
-        stop_token_ids=args.rollout_stop_token_ids,
-        skip_special_tokens=args.rollout_skip_special_tokens,
-        no_stop_trim=True,  # keep the stop token: the trainer must see what the engine sampled
-        spaces_between_special_tokens=False,
-    )
+    return {
+        "temperature": pick(getattr(args, "eval_temperature", None), args.rollout_temperature),
+        "top_p": pick(getattr(args, "eval_top_p", None), args.rollout_top_p),
+        "top_k": pick(getattr(args, "eval_top_k", None), args.rollout_top_k),
+        "max_new_tokens": pick(getattr(args, "eval_max_response_len", None), args.rollout_max_response_len),
+        "stop": args.rollout_stop,
+        "stop_token_ids": args.rollout_stop_token_ids,
+        "skip_special_tokens": args.rollout_skip_special_tokens,
+        "no_stop_trim": True,  # keep the stop token: the trainer must see what the engine sampled
+        "spaces_between_special_tokens": False,
+    }
 
 
 class _GenerateState:
@@ -179,7 +188,7 @@ async def _custom_or_default_generate(args, sample, params, evaluation):
     return await fn(args, sample, params)
 
 
-async def generate_and_rm(args, sample: Sample, params: dict[str, Any], evaluation: bool = False):
+async def generate_and_rm(args, sample: Sample, sampling_params: dict[str, Any], evaluation: bool = False):
     """Generate one sample (unless it is already finished) and score it (unless --group-rm)."""
     if args.partial_rollout and args.mask_offpolicy_in_partial_rollout and sample.response_length > 0:
         sample.loss_mask = [0] * sample.response_length  # tokens from an older policy are not trained on
@@ -191,7 +200,7 @@ async def generate_and_rm(args, sample: Sample, params: dict[str, Any], evaluati
         if state.aborted:
             sample.status = Sample.Status.ABORTED
             return sample
-        sample = await _custom_or_default_generate(args, sample, params, evaluation)
+        sample = await _custom_or_default_generate(args, sample, sampling_params, evaluation)
 
     if args.group_rm:
         return sample
@@ -244,7 +253,7 @@ async def _generate_and_rm_fresh(args, samples: list[Sample], params: dict[str, 
     return samples
 
 
-async def generate_and_rm_group(args, group: list[Sample], params: dict[str, Any], evaluation: bool = False):
+async def generate_and_rm_group(args, group: list[Sample], sampling_params: dict[str, Any], evaluation: bool = False):
     state = _state(args)
     if state.aborted:
         return group
@@ -252,8 +261,8 @@ async def generate_and_rm_group(args, group: list[Sample], params: dict[str, Any
              if s.status == Sample.Status.PENDING and s.response_length == 0 and _served_by_default_generate(args, s)]
     rest = sorted(set(range(len(group))) - set(fresh))
     done = await asyncio.gather(
-        _generate_and_rm_fresh(args, [group[i] for i in fresh], dict(params)),
-        *(generate_and_rm(args, group[i], dict(params), evaluation) for i in rest),
+        _generate_and_rm_fresh(args, [group[i] for i in fresh], dict(sampling_params)),
+        *(generate_and_rm(args, group[i], dict(sampling_params), evaluation) for i in rest),
     )
     out = list(group)
     for i, sample in zip(fresh, done[0]):

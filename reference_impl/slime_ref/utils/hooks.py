@@ -15,16 +15,24 @@ from typing import Any
 
 from slime_ref.errors import UserError
 
-# slime's own built-in hooks, so a slime launch script runs unchanged: slime path -> slime-ref's equivalent
+# slime's own built-in hooks, so a slime launch script runs unchanged: slime path -> slime-ref's counterpart.
+# Only names whose counterpart takes the same arguments and returns the same kind of value.
 SLIME_BUILTINS = {
     "slime.rollout.sglang_rollout.generate_rollout": "slime_ref.rollout.sglang_rollout.generate_rollout",
+    "slime.rollout.sglang_rollout.generate": "slime_ref.rollout.sglang_rollout.generate",
+    "slime.rollout.sglang_rollout.generate_and_rm": "slime_ref.rollout.sglang_rollout.generate_and_rm",
+    "slime.rollout.sglang_rollout.generate_and_rm_group": "slime_ref.rollout.sglang_rollout.generate_and_rm_group",
     "slime.rollout.sft_rollout.generate_rollout": "slime_ref.rollout.sft_rollout.generate_rollout",
     "slime.rollout.data_source.RolloutDataSource": "slime_ref.data.source.RolloutDataSource",
     "slime.rollout.data_source.RolloutDataSourceWithBuffer": "slime_ref.data.source.RolloutDataSourceWithBuffer",
+    "slime.rollout.data_source.pop_first": "slime_ref.data.source.pop_first",
     "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std":
         "slime_ref.rollout.filters.check_reward_nonzero_std",
     "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std_with_fallback":
         "slime_ref.rollout.filters.check_reward_nonzero_std_with_fallback",
+    "slime.rollout.rm_hub.async_rm": "slime_ref.rollout.rewards.async_rm",
+    "slime.rollout.rm_hub.batched_async_rm": "slime_ref.rollout.rewards.batched_async_rm",
+    "slime.rollout.rm_hub.remote_rm": "slime_ref.rollout.rewards.remote_rm",
 }
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
