@@ -255,3 +255,49 @@ def test_templates_hold_the_batch_identity():
         assert value["--rollout-batch-size"] * value["--n-samples-per-prompt"] == value["--global-batch-size"]
         assert "--colocate" in text and f"NUM_GPUS=${{NUM_GPUS:-{gpus}}}" in text
         assert "slime-check prereqs" in text and "slime-check config" in text
+
+
+# ----------------------------------------------------------------------------- facts checked against slime v0.3.1
+
+# slime/backends/sglang_utils/arguments.py at v0.3.1, `skipped_args`: SGLang server arguments slime sets
+# itself and does not register as --sglang-* flags.
+SGLANG_SKIPPED = {
+    "model_path", "config", "trust_remote_code", "random_seed", "enable_memory_saver", "tp_size", "port", "nnodes",
+    "node_rank", "dist_init_addr", "gpu_id_step", "base_gpu_id", "nccl_port", "skip_server_warmup",
+    "enable_return_routed_experts",
+}
+
+
+def test_sglang_arguments_slime_skips_are_listed_and_absent_from_the_registry():
+    from slime_check.registry import load_registry
+
+    assert len(SGLANG_SKIPPED) == 15
+    sglang_dests = {flag.dest for flag in load_registry().flags if flag.source.startswith("sglang")}
+    assert "sglang_mem_fraction_static" in sglang_dests
+    assert {f"sglang_{name}" for name in SGLANG_SKIPPED} & sglang_dests == set()
+    text = (REPO / "skill/references/grpo-flags.md").read_text(encoding="utf-8")
+    section = text.split("**Not every SGLang flag exists with the prefix.**", 1)[1].split("\n\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    listed = {name for row in rows for name in re.findall(r"`([a-z_]+)`", row)}
+    assert listed == SGLANG_SKIPPED
+    _, body = frontmatter_and_body()
+    assert "every SGLang server flag" not in body and "except 15 slime sets itself" in body
+
+
+def test_load_ref_load_and_hf_validation_say_what_slime_does():
+    flags = " ".join((REPO / "skill/references/grpo-flags.md").read_text(encoding="utf-8").split())
+    assert "An HF dir of a model type slime loads directly is kept as the actor's starting weights" in flags
+    assert "It does **not** compare KV groups (`--num-query-groups`) or the vocabulary size" in flags
+    checklist = (REPO / "checklists/prerequisites.md").read_text(encoding="utf-8")
+    row = next(line for line in checklist.splitlines() if line.startswith("| `config.hf_config`"))
+    assert "KV groups, head size and vocab, which slime does not compare" in row
+    _, body = frontmatter_and_body()
+    assert "from `--load` itself if it is an HF directory slime can read" in " ".join(body.split())
+
+
+def test_node_counts_and_no_invented_reading_order():
+    install = " ".join((REPO / "skill/references/install.md").read_text(encoding="utf-8").split())
+    assert "need 4 to 8 GPUs" not in install
+    assert "DeepSeek-R1 and MiniMax-M2 16, Kimi-K2 and GLM-5/5.2 32" in install
+    architecture = (REPO / "skill/references/architecture.md").read_text(encoding="utf-8")
+    assert "the slime README gives:" not in architecture and "slime's\nREADME gives none" in architecture
