@@ -166,7 +166,7 @@ fi
 echo "NVLink between GPUs: ${HAS_NVLINK} (NCCL_NVLS_ENABLE=${HAS_NVLINK})"
 
 # 3. Ray. Never stop or kill a Ray cluster or processes you did not start; stop the job with
-#    `ray job stop <job id>` on node 0, and `ray stop` only the nodes you started.
+#    `ray job stop <job id>` on node 0, and shut down only the Ray nodes you started yourself.
 if [ "${NODE_RANK}" != 0 ]; then
    if [ -n "${NODE_IP}" ]; then
       ray start --address="${MASTER_ADDR}:6379" --num-gpus 8 --disable-usage-stats --node-ip-address "${NODE_IP}"
