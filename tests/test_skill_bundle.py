@@ -43,8 +43,9 @@ def frontmatter_and_body() -> tuple[dict, str]:
 def test_frontmatter_follows_hermes_conventions():
     meta, _ = frontmatter_and_body()
     assert meta["name"] == SKILL_NAME and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", meta["name"])
-    assert meta["platforms"] == ["linux"]
-    assert re.fullmatch(r"\d+\.\d+\.\d+", str(meta["version"])) and meta["author"] and meta["license"]
+    # version and author live under metadata: top-level keys beyond the agentskills.io six are
+    # refused by skills-ref (test_skill_portable.py runs both validators)
+    assert re.fullmatch(r"\d+\.\d+\.\d+", meta["metadata"]["version"]) and meta["metadata"]["author"] and meta["license"]
     hermes = meta["metadata"]["hermes"]
     assert "slime" in hermes["tags"] and "GRPO" in hermes["tags"]
     assert hermes["related_skills"] == ["trl-fine-tuning", "weights-and-biases"]
@@ -255,3 +256,121 @@ def test_templates_hold_the_batch_identity():
         assert value["--rollout-batch-size"] * value["--n-samples-per-prompt"] == value["--global-batch-size"]
         assert "--colocate" in text and f"NUM_GPUS=${{NUM_GPUS:-{gpus}}}" in text
         assert "slime-check prereqs" in text and "slime-check config" in text
+
+
+# ----------------------------------------------------------------------------- facts checked against slime v0.3.1
+
+# slime/backends/sglang_utils/arguments.py at v0.3.1, `skipped_args`: SGLang server arguments slime sets
+# itself and does not register as --sglang-* flags.
+SGLANG_SKIPPED = {
+    "model_path", "config", "trust_remote_code", "random_seed", "enable_memory_saver", "tp_size", "port", "nnodes",
+    "node_rank", "dist_init_addr", "gpu_id_step", "base_gpu_id", "nccl_port", "skip_server_warmup",
+    "enable_return_routed_experts",
+}
+
+
+def test_sglang_arguments_slime_skips_are_listed_and_absent_from_the_registry():
+    from slime_check.registry import load_registry
+
+    assert len(SGLANG_SKIPPED) == 15
+    sglang_dests = {flag.dest for flag in load_registry().flags if flag.source.startswith("sglang")}
+    assert "sglang_mem_fraction_static" in sglang_dests
+    assert {f"sglang_{name}" for name in SGLANG_SKIPPED} & sglang_dests == set()
+    text = (REPO / "skill/references/grpo-flags.md").read_text(encoding="utf-8")
+    section = text.split("**Not every SGLang flag exists with the prefix.**", 1)[1].split("\n\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    listed = {name for row in rows for name in re.findall(r"`([a-z_]+)`", row)}
+    assert listed == SGLANG_SKIPPED
+    _, body = frontmatter_and_body()
+    assert "every SGLang server flag" not in body and "except 15 slime sets itself" in body
+
+
+def test_load_ref_load_and_hf_validation_say_what_slime_does():
+    flags = " ".join((REPO / "skill/references/grpo-flags.md").read_text(encoding="utf-8").split())
+    assert "An HF dir of a model type slime loads directly is kept as the actor's starting weights" in flags
+    assert "It does **not** compare KV groups (`--num-query-groups`) or the vocabulary size" in flags
+    checklist = (REPO / "checklists/prerequisites.md").read_text(encoding="utf-8")
+    row = next(line for line in checklist.splitlines() if line.startswith("| `config.hf_config`"))
+    assert "KV groups, head size and vocab, which slime does not compare" in row
+    _, body = frontmatter_and_body()
+    assert "from `--load` itself if it is an HF directory slime can read" in " ".join(body.split())
+
+
+def test_node_counts_and_no_invented_reading_order():
+    install = " ".join((REPO / "skill/references/install.md").read_text(encoding="utf-8").split())
+    assert "need 4 to 8 GPUs" not in install
+    assert "DeepSeek-R1 and MiniMax-M2 16, Kimi-K2 and GLM-5/5.2 32" in install
+    architecture = (REPO / "skill/references/architecture.md").read_text(encoding="utf-8")
+    assert "the slime README gives:" not in architecture and "slime's\nREADME gives none" in architecture
+
+
+# ----------------------------------------------------------------------------- before a long run
+
+
+def slime_save_iterations(num_rollout: int, save_interval: int) -> list[int]:
+    """Rollout ids slime v0.3.1 saves at (train.py + misc.should_run_periodic_action)."""
+    return [r for r in range(num_rollout) if (r + 1) % save_interval == 0 or r == num_rollout - 1]
+
+
+def megatron_retained(iterations: list[int], retain_interval: int) -> list[int]:
+    """Checkpoints left on disk under Megatron-LM 1dcf0da's --save-retain-interval: after each save
+    the previous one is deleted unless it is a multiple of the retain interval (checkpointing.py)."""
+    kept: list[int] = []
+    for iteration in iterations:
+        if kept and kept[-1] > 0 and kept[-1] != iteration and kept[-1] % retain_interval != 0:
+            kept.pop()
+        kept.append(iteration)
+    return kept
+
+
+def template_default(text: str, var: str) -> int:
+    return int(re.search(rf"^{var}=\$\{{{var}:-(\d+)\}}$", text, re.MULTILINE).group(1))
+
+
+def test_long_run_numbers_match_the_template_and_slimes_save_schedule():
+    text = (REPO / "skill/templates/run-qwen3-4B-grpo-8gpu.sh").read_text(encoding="utf-8")
+    num_rollout = template_default(text, "NUM_ROLLOUT")
+    interval = int(re.search(r"--save-interval (\d+)", text).group(1))
+    saves = slime_save_iterations(num_rollout, interval)
+    assert (num_rollout, interval, len(saves)) == (3000, 20, 150)
+    for retain in (interval, 2 * interval, 100):  # any multiple of --save-interval keeps only the newest
+        assert megatron_retained(saves, retain) == [num_rollout - 1]
+    guide = " ".join((REPO / "skill/references/long-runs.md").read_text(encoding="utf-8").split())
+    _, body = frontmatter_and_body()
+    body = " ".join(body.split())
+    for needed in ("| checkpoints | every 20 rollouts and at the last one: 150 |", "**only the newest checkpoint stays**",
+                   "`--save-retain-interval N`", "`--no-save-optim`", "NUM_GPUS=1 NUM_ROLLOUT=3", "NUM_ROLLOUT=3 SAVE_DIR"):
+        assert needed in guide, needed
+    for needed in ("150 checkpoints of about 55 GB", "`--save-retain-interval 20` keeps only the newest",
+                   "`NUM_GPUS=1 NUM_ROLLOUT=3`", "[long-runs.md](skill/references/long-runs.md)"):
+        assert needed in body, needed
+
+
+def test_smoke_run_overrides_exist_in_the_templates():
+    for name, rollouts in (("run-qwen3-4B-grpo-8gpu.sh", 3000), ("run-qwen2.5-0.5B-grpo-small.sh", 100),
+                           ("run-qwen3-32B-grpo-multinode.sh", 3000)):
+        text = (REPO / "skill/templates" / name).read_text(encoding="utf-8")
+        assert template_default(text, "NUM_ROLLOUT") == rollouts and "--num-rollout ${NUM_ROLLOUT}" in text
+    small = (REPO / "skill/templates/run-qwen2.5-0.5B-grpo-small.sh").read_text(encoding="utf-8")
+    assert re.search(r"^\s*1\|2\|3\|4\) ;;$", small, re.MULTILINE)  # NUM_GPUS=1 is accepted
+
+
+def test_multinode_template_shape():
+    text = (REPO / "skill/templates/run-qwen3-32B-grpo-multinode.sh").read_text(encoding="utf-8")
+    value = {flag: int(v) for flag, v in re.findall(r"(--[a-z-]+) (\d+)\s*$", text, re.MULTILINE)}
+    assert value["--rollout-batch-size"] * value["--n-samples-per-prompt"] == value["--global-batch-size"]
+    assert "--actor-num-nodes ${NUM_NODES}" in text and "--colocate" in text and "NUM_NODES=${NUM_NODES:-2}" in text
+    assert value["--save-retain-interval"] % value["--save-interval"] == 0  # Megatron asserts this
+    assert "slime-check prereqs" in text and "slime-check config" in text and "SLIME_HOST_IP" in text
+
+
+def test_troubleshooting_covers_engine_death_cuda_graph_oom_and_the_weight_check():
+    text = (REPO / "skill/references/troubleshooting.md").read_text(encoding="utf-8")
+    sections = {h: body for h, body in re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)}
+    graph = next(b for h, b in sections.items() if "CUDA graphs" in h)
+    assert "Capture cuda graph failed" in graph and "--sglang-cuda-graph-max-bs" in graph
+    dies = next(b for h, b in sections.items() if "engine dies" in h)
+    assert "--use-fault-tolerance" in dies and "--rollout-health-check-interval" in dies
+    check = next(b for h, b in sections.items() if "--check-weight-update-equal" in h)
+    for topic in ("**Vocabulary padding**", "**Tied embeddings**", "**Name conversion**", "After\n  a resume"):
+        assert topic in check, topic

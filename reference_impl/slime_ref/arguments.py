@@ -173,6 +173,15 @@ def add_dynamic_sampling_arguments(parser: argparse.ArgumentParser) -> argparse.
     group.add_argument("--buffer-filter-path", type=str, default=None,
                        help="f(args, rollout_id, buffer, num_samples) -> groups taken from the buffer "
                        "(default: pop the first ones).")
+    group.add_argument("--rollout-sample-filter-path", type=str, default=None,
+                       help="f(args, groups) after a rollout's groups are kept; sets sample.remove_sample "
+                       "on samples to leave out of the loss.")
+    group.add_argument("--rollout-all-samples-process-path", type=str, default=None,
+                       help="f(args, all_groups, data_source) after a rollout: every finished group, "
+                       "dynamically filtered ones included; data_source is the data source's get_samples.")
+    group.add_argument("--rollout-data-postprocess-path", type=str, default=None,
+                       help="f(args, rollout_id, rollout_data) in each training rank, after log-probs and "
+                       "advantages and before the optimizer steps; may edit rollout_data in place.")
     return parser
 
 

@@ -16,6 +16,7 @@ HF_DIR=${HF_DIR:-/root/Qwen2.5-0.5B-Instruct}
 SAVE_DIR=${SAVE_DIR:-/root/Qwen2.5-0.5B-Instruct_slime}
 TRAIN_DATA=${TRAIN_DATA:-/root/dapo-math-17k/dapo-math-17k.jsonl}
 NUM_GPUS=${NUM_GPUS:-4}
+NUM_ROLLOUT=${NUM_ROLLOUT:-100}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 
 case "${NUM_GPUS}" in
@@ -57,7 +58,7 @@ ROLLOUT_ARGS=(
    --apply-chat-template
    --rollout-shuffle
    --rm-type deepscaler
-   --num-rollout 100
+   --num-rollout ${NUM_ROLLOUT}
    # batch identity: 8 prompts x 8 samples = 64 = global batch 64 x 1 step per rollout
    --rollout-batch-size 8
    --n-samples-per-prompt 8

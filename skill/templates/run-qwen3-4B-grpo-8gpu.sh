@@ -21,6 +21,7 @@ SAVE_DIR=${SAVE_DIR:-/root/Qwen3-4B_slime}
 TRAIN_DATA=${TRAIN_DATA:-/root/dapo-math-17k/dapo-math-17k.jsonl}
 EVAL_DATA=${EVAL_DATA:-/root/aime-2024/aime-2024.jsonl}
 NUM_GPUS=${NUM_GPUS:-8}
+NUM_ROLLOUT=${NUM_ROLLOUT:-3000}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 
 # Megatron cannot read the architecture from a checkpoint; these are slime's
@@ -62,7 +63,7 @@ ROLLOUT_ARGS=(
    --apply-chat-template
    --rollout-shuffle
    --rm-type deepscaler
-   --num-rollout 3000
+   --num-rollout ${NUM_ROLLOUT}
    # batch identity: 32 prompts x 8 samples = 256 = global batch 256 x 1 step per rollout
    --rollout-batch-size 32
    --n-samples-per-prompt 8
@@ -142,7 +143,15 @@ if [ "${SKIP_CHECKS:-0}" != 1 ]; then
    slime-check config --slime-dir "${SLIME_DIR}" "${BASH_SOURCE[0]}" || { echo "slime-check config failed" >&2; exit 1; }
 fi
 
-# 2. Ray. Start a head for this node unless one already runs here. Never stop or kill a Ray
+# 2. NVLink, detected before anything starts: with NVLink between the GPUs, NCCL may use NVLS.
+#    No NVLink (PCIe-only hosts) or no `nvidia-smi topo` output means 0; the script goes on.
+HAS_NVLINK=0
+if TOPOLOGY=$(nvidia-smi topo -m 2>/dev/null) && [[ "${TOPOLOGY}" =~ NV[0-9]+ ]]; then
+   HAS_NVLINK=1
+fi
+echo "NVLink between GPUs: ${HAS_NVLINK} (NCCL_NVLS_ENABLE=${HAS_NVLINK})"
+
+# 3. Ray. Start a head for this node unless one already runs here. Never stop or kill a Ray
 #    cluster or processes you did not start; stop this job with `ray job stop <job id>`.
 if ray status --address "${MASTER_ADDR}:6379" >/dev/null 2>&1; then
    echo "Reusing the Ray cluster at ${MASTER_ADDR}:6379; check free GPUs with: ray status"
@@ -150,10 +159,6 @@ else
    ray start --head --node-ip-address "${MASTER_ADDR}" --num-gpus "${NUM_GPUS}" \
       --disable-usage-stats --dashboard-host=127.0.0.1 --dashboard-port=8265
 fi
-
-NVLINK_COUNT=$(nvidia-smi topo -m 2>/dev/null | grep -o 'NV[0-9][0-9]*' | wc -l)
-HAS_NVLINK=0
-if [ "${NVLINK_COUNT}" -gt 0 ]; then HAS_NVLINK=1; fi
 
 RUNTIME_ENV_JSON="{
   \"env_vars\": {
@@ -164,7 +169,7 @@ RUNTIME_ENV_JSON="{
   }
 }"
 
-# 3. Submit. The job's log streams here; `ray job logs -f <job id>` re-attaches after a disconnect.
+# 4. Submit. The job's log streams here; `ray job logs -f <job id>` re-attaches after a disconnect.
 ray job submit --address="http://${MASTER_ADDR}:8265" \
    --runtime-env-json="${RUNTIME_ENV_JSON}" \
    -- python3 "${SLIME_DIR}/train.py" \

@@ -16,6 +16,7 @@ is drained first, through ``--buffer-filter-path`` (default :func:`pop_first`).
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import os
@@ -209,7 +210,10 @@ class RolloutDataSourceWithBuffer(RolloutDataSource):
 def make_data_source(args, tokenizer=None):
     """Instantiate ``--data-source-path`` (default :class:`RolloutDataSourceWithBuffer`)."""
     source_class = load_function(args.data_source_path, "--data-source-path")
-    return source_class(args) if tokenizer is None else source_class(args, tokenizer)
+    if tokenizer is not None and "tokenizer" in inspect.signature(source_class).parameters:
+        # slime-ref's own sources take the tokenizer already loaded, instead of loading it again
+        return source_class(args, tokenizer=tokenizer)
+    return source_class(args)  # slime constructs a data source as cls(args)
 
 
 def resolve_num_rollout(args, data_source) -> int:

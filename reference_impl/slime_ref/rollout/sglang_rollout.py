@@ -12,6 +12,8 @@ One rollout, as in slime::
         as each group finishes: --group-rm scoring, then --dynamic-sampling-filter-path keep/drop
     abort what is still running on every engine; with --partial-rollout the half-done groups go
     back to the data source's buffer, to be continued in a later rollout
+    --rollout-sample-filter-path sees the kept groups, --rollout-all-samples-process-path every
+    finished group (dropped ones too) and the data source's get_samples
 
 Evaluation (``evaluation=True``) generates ``--n-samples-per-eval-prompt`` responses for every
 prompt of each ``--eval-prompt-data`` set and scores them.
@@ -307,6 +309,7 @@ async def generate_rollout_async(args, rollout_id: int, get_samples) -> tuple[Ro
     params = sampling_params(args)
     target = args.rollout_batch_size
     kept: list[list[Sample]] = []
+    finished: list[list[Sample]] = []  # every finished group, kept or dropped by the dynamic filter
     drop_reasons: list[str | None] = []
     while len(kept) < target:
         while state.remaining_batch_size < target:
@@ -319,6 +322,7 @@ async def generate_rollout_async(args, rollout_id: int, get_samples) -> tuple[Ro
         done, state.pending = await asyncio.wait(state.pending, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             group = task.result()
+            finished.append(group)
             verdict = call_dynamic_filter(dynamic_filter, args, group)
             if should_drop(verdict, remaining_batch_size=state.remaining_batch_size, target_data_size=target):
                 drop_reasons.append(verdict.reason)
@@ -328,8 +332,23 @@ async def generate_rollout_async(args, rollout_id: int, get_samples) -> tuple[Ro
                 kept.append(group)
     aborted = await abort(args, rollout_id)
     state.reset()
-    kept.sort(key=lambda g: g[0].index)
+    kept.sort(key=_group_index)
+    finished.sort(key=_group_index)
+    # slime's two after-rollout hooks, with slime's arguments: the kept groups, then every group
+    # together with what the rollout drew prompts from (the data source's get_samples)
+    if getattr(args, "rollout_sample_filter_path", None):
+        sample_filter = load_function(args.rollout_sample_filter_path, "--rollout-sample-filter-path")
+        sample_filter(args, kept)
+    if getattr(args, "rollout_all_samples_process_path", None):
+        process = load_function(args.rollout_all_samples_process_path, "--rollout-all-samples-process-path")
+        process(args, finished, get_samples)
     return RolloutFnTrainOutput(samples=kept, metrics=drop_metrics(drop_reasons)), aborted
+
+
+def _group_index(group: list) -> int:
+    """The index a group sorts by; a group of a list-returning generate hook holds lists of samples."""
+    first = group[0]
+    return first[0].index if isinstance(first, list) else first.index
 
 
 async def eval_rollout(args, rollout_id: int) -> RolloutFnEvalOutput:

@@ -39,6 +39,7 @@ from slime_ref.backends.megatron.logprobs import response_log_probs
 from slime_ref.backends.megatron.model import build_model, read_hf_architecture, transformer_config
 from slime_ref.backends.megatron.weights import iter_hf_weight_buckets, load_hf_weights, save_hf_checkpoint, unwrap
 from slime_ref.errors import UserError
+from slime_ref.utils.hooks import load_function
 
 logger = logging.getLogger(__name__)
 
@@ -414,6 +415,10 @@ class MegatronActor:
         timers = {"perf/data_preprocess_time": time.perf_counter() - start}
         if a.loss_type == "policy_loss" and a.compute_advantages_and_returns:
             self._prepare_policy_data(rollout, schedule, timers)
+        if getattr(a, "rollout_data_postprocess_path", None):
+            # slime's hook point: this rank's rollout data, log-probs and advantages in, before training
+            postprocess = load_function(a.rollout_data_postprocess_path, "--rollout-data-postprocess-path")
+            postprocess(a, rollout_id, rollout)
         start = time.perf_counter()
         self.model.train()
         metrics = []
