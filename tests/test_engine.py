@@ -292,6 +292,8 @@ def test_pause_in_place_freezes_and_continue_finishes(engine):
         await wait_until(c, lambda s: s["num_running_reqs"] == 1)
         await c.pause_generation("in_place")
         before = (await c.get_server_info())["internal_states"][0]["num_generated_tokens"]
+        load = (await c.get_load())[0]
+        # A negative check: paused, the engine generates nothing, however fast or slow the machine.
         await asyncio.sleep(0.2)
         after = (await c.get_server_info())["internal_states"][0]["num_generated_tokens"]
         with pytest.raises(EngineError) as refused:  # SGLang refuses to flush while requests are in flight
@@ -299,10 +301,13 @@ def test_pause_in_place_freezes_and_continue_finishes(engine):
         await c.continue_generation()
         out = await running
         await c.flush_cache()
-        return before, after, refused.value.status, out
+        return before, after, load, refused.value.status, out
 
-    before, after, status, out = run(go, engine.url)
+    before, after, load, status, out = run(go, engine.url)
     assert before == after and status == 400
+    # SGLang's /get_load: the paused request holds its prompt's and output's keys/values
+    assert load["num_reqs"] == 1 and load["num_waiting_reqs"] == 0 and load["num_pending_tokens"] == 0
+    assert len(PROMPT) < load["num_tokens"] < len(PROMPT) + 300
     assert out.finish_reason == {"type": "length", "length": 300}
 
 
@@ -382,7 +387,8 @@ def test_an_update_waits_for_running_requests_unless_paused(engine, hf, tiny, tm
         running = asyncio.create_task(c.generate(PROMPT, params))
         await wait_until(c, lambda s: s["num_generated_tokens"] > 0 and s["num_running_reqs"] == 1)
         update = asyncio.create_task(c.update_weights_from_disk(str(tmp_path / "new")))
-        await asyncio.sleep(0.05)
+        # the update has reached the scheduler (where it holds new requests back), or is done already
+        await wait_until(c, lambda s: s["num_pending_controls"] > 0 or update.done())
         later = asyncio.create_task(c.generate(PROMPT, params))  # held until the update is done
         first = await running
         assert (await update)["success"]

@@ -77,13 +77,16 @@ def test_ctrl_c_stops_exactly_what_the_quickstart_started(tmp_path):
     out = tmp_path / "qs"
     proc = subprocess.Popen(["slime-check", "quickstart", "--out", str(out)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    engine_log = out / "grpo" / "logs" / "engine-0.log"
+    # The router is started once every engine answers /health_generate: its log means the servers are up.
+    router_log = out / "grpo" / "logs" / "router.log"
+
+    def servers_up() -> bool:
+        return router_log.is_file() and any(p.pid != proc.pid for p in _processes_mentioning(str(out)))
+
     deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and not engine_log.is_file():
+    while time.monotonic() < deadline and proc.poll() is None and not servers_up():
         time.sleep(0.5)
-    assert engine_log.is_file(), "the GRPO phase never started"
-    time.sleep(3)
-    assert _processes_mentioning(str(out)), "expected the run's servers to be up"
+    assert servers_up(), "the GRPO phase's engines and router never came up"
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=120) != 0
     assert _wait_none_left(str(out)) == []

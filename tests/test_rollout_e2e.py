@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from _engines import wait_in_flight
 from _reference import hf_logprobs, perturbed_model
 from slime_ref.errors import UserError
 from slime_ref.rollout import weight_transfer
@@ -213,9 +214,22 @@ def test_a_killed_engine_is_a_clear_error_not_a_hang(tiny, tmp_path):
         async def go():
             async with SGLangClient(dead_url, generate_timeout_s=30) as direct, SGLangClient(s.router_url) as router:
                 long = {"temperature": 1.0, "max_new_tokens": 400, "ignore_eos": True}
+                for _ in range(3):
+                    on_engine = asyncio.create_task(direct.generate(SEQUENCE, long))
+                    await wait_in_flight(direct, len(SEQUENCE) + 1)  # generating on the engine to be killed
+                    await direct.pause_generation("in_place")  # frozen mid-generation: it cannot finish now
+                    if (await direct.get_load())[0]["num_reqs"] == 1:
+                        break
+                    await direct.continue_generation()  # it finished before the pause: try again
+                    await on_engine
+                else:
+                    raise AssertionError("the request always finished before the pause")
                 via_router = [asyncio.create_task(router.generate(SEQUENCE, long)) for _ in range(4)]
-                on_engine = asyncio.create_task(direct.generate(SEQUENCE, long))
-                await asyncio.sleep(0.5)
+                # round robin: two of them wait on the paused engine, to be rerouted when it dies
+                deadline = time.monotonic() + 60
+                while (await direct.get_load())[0]["num_reqs"] < 3:
+                    assert time.monotonic() < deadline, "the router sent nothing to the second engine"
+                    await asyncio.sleep(0.01)
                 start = time.monotonic()
                 s.kill_engine(1)
                 with pytest.raises(EngineError) as err:

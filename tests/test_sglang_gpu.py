@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _engines import wait_in_flight
 from _reference import hf_logprobs, perturbed_model
 from _sglang_source import SGLANG_META_INFO_KEYS
 from slime_ref.rollout import weight_transfer
@@ -116,29 +117,46 @@ def test_stop_token_ends_generation_and_stays_in_output_ids(live):
     assert out.finish_reason == {"type": "stop", "matched": stop}
 
 
+async def _stopped_while_generating(c, ids, stop, *, rid=None, undo=None, attempts=3):
+    """The answer to a LONG request that ``stop()`` ends while it generates.
+
+    The request is started, waited on until the engine holds its prompt and some output, then
+    stopped. A fast engine can still finish it between that check and ``stop()`` taking effect; its
+    answer then says "length" and, after ``undo()``, it is tried again. A ``stop()`` that does not end
+    running requests fails every attempt."""
+    for attempt in range(attempts):
+        running = asyncio.create_task(c.generate(ids, LONG, rid=rid))
+        await wait_in_flight(c, len(ids) + 1)
+        await stop()
+        out = await running
+        if out.finish_type != "length" or attempt == attempts - 1:
+            return out
+        if undo is not None:
+            await undo()
+
+
 def test_pause_continue_abort_and_flush(live):
     ids = prompt_ids(live)
 
     async def go(c):
-        running = asyncio.create_task(c.generate(ids, LONG))
-        await asyncio.sleep(0.5)
-        await c.pause_generation()  # mode "abort": in-flight requests end, new ones wait
-        aborted = await running
+        # mode "abort": in-flight requests end, new ones wait
+        aborted = await _stopped_while_generating(c, ids, c.pause_generation, undo=c.continue_generation)
         held = asyncio.create_task(c.generate(ids, {"max_new_tokens": 4, "ignore_eos": True}))
+        # A negative check: while paused, the request cannot finish, however fast or slow the machine
+        # (real SGLang holds it before its scheduler, so there is no state to wait on).
         await asyncio.sleep(0.5)
         was_held = not held.done()
         await c.continue_generation()
         after = await held
-        by_rid = asyncio.create_task(c.generate(ids, LONG, rid="rollout3-sample1"))
-        await asyncio.sleep(0.5)
-        await c.abort_request(rid="rollout3-sample1")
+        by_rid = await _stopped_while_generating(c, ids, lambda: c.abort_request(rid="rollout3-sample1"),
+                                                 rid="rollout3-sample1")
         await c.flush_cache()
-        return aborted, was_held, after, await by_rid
+        return aborted, was_held, after, by_rid
 
     aborted, was_held, after, by_rid = call(live, go)
-    assert aborted.finish_type == "abort" and len(aborted.output_ids) < 400
+    assert aborted.finish_type == "abort" and len(aborted.output_ids) < 400, aborted.finish_reason
     assert was_held and after.finish_reason == {"type": "length", "length": 4}
-    assert by_rid.finish_type == "abort"
+    assert by_rid.finish_type == "abort", by_rid.finish_reason
 
 
 def _check_update(live, ids, model, old, version):

@@ -32,6 +32,7 @@ CLIENT_CALLS = {
     "wait_healthy": dict(timeout_s=5),
     "get_model_info": dict(),
     "get_server_info": dict(),
+    "get_load": dict(),
     "release_memory_occupation": dict(tags=["kv_cache"]),
     "resume_memory_occupation": dict(tags=["kv_cache"]),
     "update_weights_from_disk": dict(model_path="/m", load_format="auto", weight_version="2", flush_cache=True),
@@ -81,7 +82,7 @@ def test_client_routes_methods_and_fields_exist_in_sglang(sglang):
     calls = _recorded_calls()
     assert {route for _, route, _ in calls} == {
         "/generate", "/abort_request", "/pause_generation", "/continue_generation", "/flush_cache", "/health",
-        "/health_generate", "/model_info", "/server_info", "/release_memory_occupation",
+        "/health_generate", "/model_info", "/server_info", "/get_load", "/release_memory_occupation",
         "/resume_memory_occupation", "/update_weights_from_disk", "/init_weights_update_group",
         "/destroy_weights_update_group", "/update_weights_from_distributed", "/update_weights_from_tensor",
     }
@@ -147,6 +148,8 @@ def test_builtin_engine_answers_with_sglang_fields(sglang, engine, tiny):
             info = await c.get_server_info()
             assert set(info) - {"internal_states", "version", "kv_events"} <= sglang.server_args
             assert {"model_path", "tp_size", "dp_size", "served_model_name"} <= set(info)  # what the router reads
+            load = await c.get_load()
+            assert [set(rank) for rank in load] == [keys["get_load"]] and load[0]["num_reqs"] == 0
             assert await c.health() and await c.health_generate()
             await c.flush_cache()
             assert set(await c.pause_generation("in_place")) == keys["pause_generation"]

@@ -114,6 +114,7 @@ class EngineServer:
             (("GET",), "/get_model_info", self.model_info),
             (("GET",), "/server_info", self.server_info),
             (("GET",), "/get_server_info", self.server_info),
+            (("GET",), "/get_load", self.get_load),
             (("GET", "POST"), "/flush_cache", self.flush_cache),
             (("POST",), "/abort_request", self.abort_request),
             (("POST",), "/pause_generation", self.pause_generation),
@@ -354,6 +355,21 @@ class EngineServer:
             "version": f"slime-ref-builtin-{__version__}",
             "kv_events": None,
         })
+
+    async def get_load(self, request: web.Request) -> web.StreamResponse:
+        """SGLang's /get_load (deprecated there in favour of /v1/loads, still served): one entry per DP
+        rank. ``num_tokens`` counts the KV tokens the running requests hold plus the waiting requests'
+        tokens, so it grows by one with each token a running request generates."""
+        load = self.scheduler.load()
+        pending = load["num_pending_tokens"]
+        return web.json_response([{
+            "dp_rank": 0,
+            "num_reqs": load["num_running_reqs"] + load["num_waiting_reqs"],
+            "num_waiting_reqs": load["num_waiting_reqs"],
+            "num_tokens": load["num_used_tokens"] + pending,
+            "num_pending_tokens": pending,
+            "ts_tic": time.perf_counter(),
+        }])
 
     # ------------------------------------------------------------------------------------------
     # memory

@@ -128,7 +128,20 @@ class Scheduler:
         self._inbox.put(("control", _Control(fn, done, exclusive)))
 
     def load(self) -> dict[str, int]:
-        return {"num_running_reqs": len(self._running), "num_waiting_reqs": len(self._waiting)}
+        """Requests and KV tokens right now. Safe from any thread: each queue is copied in one step.
+
+        ``num_used_tokens``: tokens whose keys/values the running requests hold (prompt and output so
+        far); ``num_pending_tokens``: the tokens of the waiting requests; ``num_pending_controls``:
+        control operations not yet run (a weight update or memory release waits here for the running
+        requests to finish, and holds new ones back meanwhile)."""
+        running, waiting, controls = list(self._running), list(self._waiting), list(self._controls)
+        return {
+            "num_running_reqs": len(running),
+            "num_waiting_reqs": len(waiting),
+            "num_used_tokens": sum(r.num_cached for r in running),
+            "num_pending_tokens": sum(len(r.input_ids) + len(r.output_ids) for r in waiting),
+            "num_pending_controls": len(controls),
+        }
 
     # ------------------------------------------------------------------------------------------
     # scheduler thread

@@ -285,6 +285,12 @@ class SGLangClient:
     async def get_server_info(self) -> dict:
         return await self._call("GET", "/server_info")
 
+    async def get_load(self) -> list[dict]:
+        """GET /get_load: one dict per DP rank with ``num_reqs`` (running + waiting),
+        ``num_waiting_reqs``, ``num_tokens`` (KV tokens in use plus the waiting requests' tokens) and
+        ``num_pending_tokens``."""
+        return await self._call("GET", "/get_load")
+
     # ------------------------------------------------------------------------------------------
     # memory (colocated training offloads the engine while it trains)
 
