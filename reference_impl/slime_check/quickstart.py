@@ -238,7 +238,10 @@ def run_quickstart(out: Path, cfg: QuickstartConfig, force: bool, console) -> di
     quiet_library_logs(str(out))
     import ray
 
+    from slime_ref.utils import reaper
+
     started_ray = init_ray(min_cpus=4, object_store_mb=1024, temp_dir=str(out / "ray"))
+    guardian = reaper.start() if started_ray else None  # stops the run's processes if this one is killed
     try:
         with InterruptLatch() as latch:
             # 3. warm-up
@@ -261,6 +264,8 @@ def run_quickstart(out: Path, cfg: QuickstartConfig, force: bool, console) -> di
     finally:
         if started_ray:
             ray.shutdown()
+        if guardian is not None:
+            reaper.stop(guardian)
 
     # 5. summary
     from slime_ref.plot import plot_run

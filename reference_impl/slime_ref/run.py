@@ -17,6 +17,7 @@ from pathlib import Path
 import ray
 
 from slime_ref.errors import RunError, UserError
+from slime_ref.utils import reaper
 from slime_ref.utils.fileio import atomic_write_json
 from slime_ref.utils.tracking import Tracker
 
@@ -54,6 +55,7 @@ class Run:
         self.phase_seconds: dict[str, float] = defaultdict(float)
         self.eval_history: list[tuple[int, dict]] = []
         self.started_ray = False
+        self.reaper = None
         self.rollout = None
         self.actor = None
         self.tracker = None
@@ -96,6 +98,8 @@ class Run:
         self._event("setup", detail="starting Ray")
         bundles, _ = placement_layout(args)
         self.started_ray = init_ray(min_cpus=bundles + 2, object_store_mb=args.ray_object_store_mb)
+        if self.started_ray:  # if this process is killed outright, the reaper stops what it started
+            self.reaper = reaper.start()
         placement = create_placement(args)
 
         self._event("setup", detail="starting engines and router" if args.rollout_num_gpus else "loading data")
@@ -144,6 +148,9 @@ class Run:
             if self.started_ray:
                 ray.shutdown()
                 self.started_ray = False
+            if self.reaper is not None:
+                reaper.stop(self.reaper)
+                self.reaper = None
 
     # -- phases ---------------------------------------------------------------------------------
 
