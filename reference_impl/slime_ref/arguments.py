@@ -675,6 +675,10 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
     # --- checkpoints and hooks
     if args.save_interval is not None and not args.save:
         raise UserError("--save-interval needs --save (the directory to write checkpoints to)")
+    if args.load:  # a damaged or incomplete checkpoint is refused now, before Ray and the engines start
+        from slime_ref.backends.megatron.checkpoint import check_load
+
+        check_load(args.load, getattr(args, "ckpt_step", None))
     for attr in HOOK_ATTRS:
         paths = getattr(args, attr, None)
         for path in paths if isinstance(paths, list) else [paths]:
