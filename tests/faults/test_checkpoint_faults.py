@@ -291,6 +291,24 @@ def test_damaged_load_is_refused_before_anything_starts(tiny, good, tmp_path, da
     assert_clean_stop(finished, 10)
 
 
+def test_load_directories_that_hold_no_checkpoint_yet_start_fresh_and_a_file_is_refused(tmp_path):
+    """The --save directory of a first run (absent, empty, or with only a crashed save's .partial)
+    starts from the initial weights; anything else must be a checkpoint that resumes."""
+    from slime_ref.backends.megatron.checkpoint import check_load
+    from slime_ref.errors import UserError
+
+    assert check_load(str(tmp_path / "absent")) is None
+    (tmp_path / "first" / ".iter_0000000.partial").mkdir(parents=True)
+    assert check_load(str(tmp_path / "first")) is None
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match="a file, not a directory"):
+        check_load(str(tmp_path / "file"))
+    with pytest.raises(UserError, match="--ckpt-step 3 needs a checkpoint"):
+        check_load(str(tmp_path / "absent"), step=3)
+    with pytest.raises(UserError, match="--ckpt-step 3 names iter_0000003, which is missing"):
+        check_load(str(tmp_path / "first"), step=3)
+
+
 def _truncate(path: Path) -> None:
     with open(path, "r+b") as f:
         f.truncate(path.stat().st_size // 2)

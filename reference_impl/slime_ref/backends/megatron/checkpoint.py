@@ -152,6 +152,8 @@ def check_load(load: str | None, step: int | None = None) -> Path | None:
         if step is not None:
             raise UserError(f"--load {load}: no such directory (--ckpt-step {step} needs a checkpoint)")
         return None  # the --save directory of a run that has not saved yet
+    if not path.is_dir():
+        raise UserError(f"--load {load}: a file, not a directory; pass the --save directory of the run to resume")
     found = find_checkpoint(path, step)
     if found is not None:
         check_checkpoint_files(found, f"--load {load}")
