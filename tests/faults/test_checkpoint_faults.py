@@ -41,6 +41,7 @@ class Finished:
     stderr: str
     wall_s: float  # from start to the exit of the launched process
     stop_s: float  # from its exit until the last process it started was gone
+    exited_at: float  # time.time() at its exit (to compare with file times)
     started: list[str] = field(default_factory=list)  # descendants seen while it ran ("pid name")
     left: list[str] = field(default_factory=list)  # those still alive after the deadline
 
@@ -82,7 +83,7 @@ def run_watched(cmd: list[str], timeout: float, env: dict | None = None, grace: 
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
-        exited = time.monotonic()
+        exited, exited_at = time.monotonic(), time.time()
         deadline = exited + grace
         while any(_alive(p) for p in seen.values()) and time.monotonic() < deadline:
             psutil.wait_procs([p for p in seen.values() if _alive(p)], timeout=0.2)
@@ -96,7 +97,7 @@ def run_watched(cmd: list[str], timeout: float, env: dict | None = None, grace: 
         out.seek(0)
         err.seek(0)
         names = {pid: _name(p) for pid, p in seen.items()}
-        return Finished(proc.returncode, out.read(), err.read(), exited - start, stopped - exited,
+        return Finished(proc.returncode, out.read(), err.read(), exited - start, stopped - exited, exited_at,
                         [f"{pid} {n}" for pid, n in names.items()], [f"{p.pid} {names[p.pid]}" for p in left])
 
 
@@ -215,6 +216,8 @@ def test_disk_full_mid_save_keeps_the_previous_checkpoint_and_the_run_resumes(ti
     assert_clean_stop(failed, 30)
     assert (save / TRACKER).read_text().strip() == "1"
     assert sorted(p.name for p in save.iterdir()) == ["iter_0000000", "iter_0000001", TRACKER]  # no .partial
+    cleaned_at = save.stat().st_mtime  # the failed save's .partial directory removed: the failure handled
+    assert failed.exited_at - cleaned_at < 60
 
     disk.resize(5 * size)
     resumed = job("save", model_dir=str(tiny.model_dir), save=str(save), load=str(save), rollouts=1)
@@ -224,8 +227,9 @@ def test_disk_full_mid_save_keeps_the_previous_checkpoint_and_the_run_resumes(ti
     assert_clean_stop(resumed, 30)
     assert (save / TRACKER).read_text().strip() == "2"
     assert not [p.name for p in save.iterdir() if p.name.startswith(".")]
-    print(f"\ndisk full mid-save: error {failed.result()['error_after_s']:.2f} s after the save began; "
-          f"job exit {failed.wall_s:.1f} s; all {len(failed.started)} processes gone {failed.stop_s:.2f} s later")
+    print(f"\ndisk full mid-save: error {failed.result()['error_after_s']:.2f} s after the save began; job exit "
+          f"{failed.exited_at - cleaned_at:.1f} s after that; all {len(failed.started)} processes gone "
+          f"{failed.stop_s:.2f} s later")
 
 
 def test_disk_full_at_the_first_write_fails_every_rank_promptly(tiny, good, tmpfs):
@@ -378,8 +382,11 @@ def test_train_stops_cleanly_when_the_disk_fills(tiny, good, tmpfs, tmp_path):
     assert f"the newest complete checkpoint is still iter_{kept:07d}" in line
     assert_clean_stop(finished, 30)
     assert sorted(p.name for p in save.iterdir()) == [*(f"iter_{i:07d}" for i in range(kept + 1)), TRACKER]
-    print(f"\ntrain, disk full: exit 2 after {finished.wall_s:.1f} s, at the save of rollout {kept + 1}; "
-          f"{len(finished.started)} processes, all gone {finished.stop_s:.2f} s after the exit")
+    stop_s = finished.exited_at - save.stat().st_mtime  # from the failed save's clean-up to the exit
+    assert stop_s < 60
+    print(f"\ntrain, disk full: exit 2 {stop_s:.1f} s after the failed save of rollout {kept + 1} "
+          f"(run {finished.wall_s:.1f} s); {len(finished.started)} processes, all gone {finished.stop_s:.2f} s "
+          "after the exit")
 
     disk.resize(8 * good[1])
     resumed = run_watched(["slime-ref", "train", *flags(kept + 3)], timeout=500)
