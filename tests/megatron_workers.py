@@ -239,21 +239,20 @@ def resume_worker(rank, world, port, model_dir, argv, stop, crash_marker=None, c
     from slime_ref.backends.megatron.actor import MegatronActor
 
     if crash_at is not None:
-        from megatron.core import dist_checkpointing
+        from slime_ref.backends.megatron import checkpoint
 
-        original = dist_checkpointing.save
+        original = checkpoint._write  # every file of a checkpoint, into its .partial directory
 
-        def save_then_hang(state, directory, *a, **kw):
-            result = original(state, directory, *a, **kw)
-            if f"iter_{crash_at:07d}" in directory:
+        def write_then_hang(state, directory):
+            original(state, directory)
+            if f"iter_{crash_at:07d}" in str(directory):
                 dist.barrier()
                 if rank == 0:
                     Path(crash_marker).write_text("saving")
                 while True:
                     time.sleep(1)
-            return result
 
-        dist_checkpointing.save = save_then_hang
+        checkpoint._write = write_then_hang
 
     args = make_args(["--hf-checkpoint", model_dir, *argv])
     actor = MegatronActor(args, rank=rank, world_size=world, master_port=port)

@@ -708,6 +708,10 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
     # --- checkpoints and hooks
     if args.save_interval is not None and not args.save:
         raise UserError("--save-interval needs --save (the directory to write checkpoints to)")
+    if args.load:  # a damaged or incomplete checkpoint is refused now, before Ray and the engines start
+        from slime_ref.backends.megatron.checkpoint import check_load
+
+        check_load(args.load, getattr(args, "ckpt_step", None))
     # every user hook resolves now, before Ray starts: a missing module or a missing function is one
     # line here rather than an error from inside an actor once the engines are up (slime-ref's own
     # hooks are left to import where they run: they pull in torch)

@@ -201,11 +201,12 @@ class MegatronActor:
             raise UserError("set --global-batch-size (samples per optimizer step) or --num-steps-per-rollout")
         return self.args.global_batch_size
 
-    def _load_weights_from(self, path: str) -> None:
-        """HF directory or checkpoint (weights only) into the model."""
+    def _load_weights_from(self, path: str, flag: str) -> None:
+        """HF directory or checkpoint (weights only) into the model; ``flag`` named ``path``."""
         found = ckpt.find_checkpoint(path) if ckpt.is_megatron_checkpoint(path) else None
         if found is not None:
-            ckpt.load_checkpoint(found, unwrap(self.model), load_optimizer=False, load_rng=False)
+            ckpt.load_checkpoint(found, unwrap(self.model), load_optimizer=False, load_rng=False,
+                                 flag=f"{flag} {path}")
         elif (Path(path) / "config.json").is_file():
             load_hf_weights(self.model, self.arch, path)
         else:
@@ -217,15 +218,16 @@ class MegatronActor:
         Returns the first rollout id to run.
         """
         a = self.args
-        initial = a.ref_load or a.hf_checkpoint
+        initial, initial_flag = (a.ref_load, "--ref-load") if a.ref_load else (a.hf_checkpoint, "--hf-checkpoint")
         if with_ref:
-            self._load_weights_from(initial)
+            self._load_weights_from(initial, initial_flag)
             self.weights.backup("ref")
-        resume = ckpt.find_checkpoint(a.load, a.ckpt_step) if a.load and ckpt.is_megatron_checkpoint(a.load) else None
+        # a --load directory with checkpoints but no usable tracker is refused, never trained over from scratch
+        resume = ckpt.find_checkpoint(a.load, a.ckpt_step) if a.load and Path(a.load).is_dir() else None
         if resume is not None and resume.name != ckpt.RELEASE:
             loaded = ckpt.load_checkpoint(
                 resume, unwrap(self.model), self.optimizer, self.scheduler,
-                load_optimizer=not a.no_load_optim, load_rng=not a.no_load_rng,
+                load_optimizer=not a.no_load_optim, load_rng=not a.no_load_rng, flag=f"--load {a.load}",
             )
             self.data_state = loaded.data_state
             return int(loaded.rollout_id) + 1
@@ -234,7 +236,7 @@ class MegatronActor:
         else:
             source = initial  # --load names an empty save directory: a fresh run
         if not (with_ref and source == initial):
-            self._load_weights_from(source)
+            self._load_weights_from(source, "--load" if source == a.load else initial_flag)
         self.optimizer.reload_model_params()
         return 0
 
