@@ -11,7 +11,7 @@ import torch
 from _engines import wait_in_flight
 from _reference import hf_logprobs, perturbed_model
 from slime_ref.errors import UserError
-from slime_ref.rollout import weight_transfer
+from slime_ref.weights import transfer as weight_transfer
 from slime_ref.rollout.servers import RolloutServers, passthrough_flags
 from slime_ref.utils.net import allocate_port
 from slime_ref.rollout.sglang_client import EngineError, SGLangClient

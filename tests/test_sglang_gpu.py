@@ -24,7 +24,7 @@ import torch
 from _engines import wait_in_flight
 from _reference import hf_logprobs, perturbed_model
 from _sglang_source import SGLANG_META_INFO_KEYS
-from slime_ref.rollout import weight_transfer
+from slime_ref.weights import transfer as weight_transfer
 from slime_ref.rollout.servers import (
     SGLANG_CUDA_GRAPH_FLAGS,
     SGLANG_OFFLINE_GPU_FLAGS,

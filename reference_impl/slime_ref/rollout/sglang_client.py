@@ -344,7 +344,7 @@ class SGLangClient:
                                          flush_cache: bool = False, weight_version: str | None = None,
                                          timeout_s: float = 600.0) -> dict:
         """``serialized_named_tensors``: one base64 payload per TP rank (see
-        :func:`slime_ref.rollout.weight_transfer.serialize_named_tensors`)."""
+        :func:`slime_ref.weights.transfer.serialize_named_tensors`)."""
         body: dict[str, Any] = {"serialized_named_tensors": list(serialized_named_tensors),
                                 "load_format": load_format, "flush_cache": flush_cache}
         if weight_version is not None:
