@@ -121,7 +121,7 @@ def test_no_dead_relative_link_in_the_repository(rel):
 
 @functools.cache
 def slime_flags() -> frozenset[str]:
-    from slime_check.registry import load_registry
+    from slime_common.registry import load_registry
 
     return frozenset(load_registry().names())
 
@@ -270,7 +270,7 @@ SGLANG_SKIPPED = {
 
 
 def test_sglang_arguments_slime_skips_are_listed_and_absent_from_the_registry():
-    from slime_check.registry import load_registry
+    from slime_common.registry import load_registry
 
     assert len(SGLANG_SKIPPED) == 15
     sglang_dests = {flag.dest for flag in load_registry().flags if flag.source.startswith("sglang")}

@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 from slime_check.config_lint import HOOK_FLAGS
-from slime_check.registry import load_registry
+from slime_common.registry import load_registry
 from slime_check.tools import gen_flag_registry as gen
 
 
@@ -104,7 +104,7 @@ def test_abbreviations_only_in_the_sglang_parser(reg):
 def test_registry_file_is_one_record_per_line():
     from importlib import resources
 
-    text = resources.files("slime_check").joinpath("data", "slime_v0.3.1_flags.json").read_text()
+    text = resources.files("slime_common").joinpath("data", "slime_v0.3.1_flags.json").read_text()
     data = json.loads(text)
     record_lines = [line for line in text.splitlines() if line.startswith('  {"flags"')]
     assert len(record_lines) == len(data["flags"])

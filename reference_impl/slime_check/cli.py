@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import click
-from slime_ref.errors import run_cli
+from slime_common.errors import run_cli
 
 from slime_check import __version__
 from slime_check.quickstart import quickstart
@@ -78,11 +78,11 @@ def capture(out) -> None:
     Only reads: every section is a query command or a file read. Check the result anywhere with
     `slime-check prereqs --fixture FILE`. Values of variables named like tokens or keys are redacted.
     """
-    from slime_ref.utils.fileio import atomic_write_text
+    from slime_common.fileio import atomic_write_text
 
     from slime_check.probes import LiveProbe, write_capture
 
-    from slime_ref.errors import UserError
+    from slime_common.errors import UserError
 
     progress = (lambda name: click.echo(f"capturing {name}", err=True)) if out else None
     text = write_capture(LiveProbe(), progress=progress)
@@ -97,7 +97,7 @@ def capture(out) -> None:
 
 
 def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
-    from slime_ref.errors import UserError
+    from slime_common.errors import UserError
 
     env = {}
     for item in values:
@@ -126,7 +126,7 @@ def config(slime_dir, env, as_json, script_or_args) -> None:
     slime's argument rules, GPU arithmetic, MODEL_ARGS against the HF config.json, hook paths and
     the data file's keys. Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
     """
-    from slime_ref.errors import UserError
+    from slime_common.errors import UserError
 
     from slime_check.config_lint import Report, lint_argv, lint_script
     from slime_check.findings import counts, exit_code, render, to_json

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from slime_check.findings import CUSTOMIZATION, FAQ, QUICK_START, USAGE, Finding, Status, slime_doc
 from slime_check.launch_script import Origin, Word
-from slime_check.registry import Flag, Registry, load_registry
+from slime_common.registry import Flag, Registry, load_registry
 
 ARGS_DOC = slime_doc(QUICK_START, "training-script-and-parameter-overview")
 MODEL_DOC = slime_doc(QUICK_START, "model_args-model-configuration-parameters")

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import click
 
-from slime_ref.errors import UserError
-from slime_ref.utils.fileio import atomic_write_bytes, atomic_write_json
+from slime_common.errors import UserError
+from slime_common.fileio import atomic_write_bytes, atomic_write_json
 
 SKILL_NAME = "slime-rl"
 DEFAULT_CATEGORY = "mlops"

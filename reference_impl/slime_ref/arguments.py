@@ -486,7 +486,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def sort_unknown_flags(parser: argparse.ArgumentParser, unknown: list[str]) -> tuple[dict, dict]:
     """Split leftover argv into pass-through SGLang and router settings; UserError for everything else."""
-    from slime_check.registry import load_registry
+    from slime_common.registry import load_registry
 
     registry = load_registry()
     passthrough: dict[str, dict] = {"sglang": {}, "router": {}}

@@ -49,7 +49,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "data" / "slime_v0.3.1_flags.json"
+DEFAULT_OUT = Path(__file__).resolve().parents[2] / "slime_common" / "data" / "slime_v0.3.1_flags.json"
 
 # slime's Dockerfile applies these to SGLang's source, in this order (docker/patch/<version>/).
 SGLANG_PATCHES = ["sglang.patch", "sglang-top_p.patch", "sglang-release_hicache.patch", "sglang-pull_weights.patch"]

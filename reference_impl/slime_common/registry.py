@@ -11,7 +11,7 @@ The data (``data/slime_v0.3.1_flags.json``) is generated from the pinned sources
 
 Usage::
 
-    from slime_check.registry import load_registry
+    from slime_common.registry import load_registry
     reg = load_registry()
     reg.lookup("--rollout-batch-size").default      # None (required)
     reg.suggest("--rollout-batchsize")              # ["--rollout-batch-size"]
@@ -135,7 +135,7 @@ class Registry:
 
 @lru_cache(maxsize=1)
 def load_registry() -> Registry:
-    text = resources.files("slime_check").joinpath("data", REGISTRY_FILE).read_text()
+    text = resources.files("slime_common").joinpath("data", REGISTRY_FILE).read_text()
     return Registry(json.loads(text))
 
 
