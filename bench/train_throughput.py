@@ -26,8 +26,9 @@ done) and ``host_ms`` (Python time to issue it): host close to wall means the ph
 host, not the GPU. Then one step under ``torch.profiler`` gives the GPU time per kernel class and
 the top kernels (``gpu_busy_ms`` against the step's ``wall_ms`` shows the GPU's idle time), the
 host's time by operator, every place one step makes the host wait for the device (torch's sync
-debug mode, counted by Python stack), and a few facts that decide speed: which attention kernel ran, which optimizer kernels, torch.compile's
-graph counts. ``--trace-dir`` also writes a Chrome trace of that step per variant and shape.
+debug mode, counted by Python stack), and a few facts that decide speed: which attention kernel ran,
+which optimizer kernels, torch.compile's graph counts. ``--trace-dir`` also writes a Chrome trace of
+that step per variant and shape.
 
     python bench/train_throughput.py                     # seq 1024 x batch 8 and 2048 x 4
     python bench/train_throughput.py --variants ours,hf_sdpa,ours_compiled_layers
@@ -171,7 +172,9 @@ class PhaseClock:
                          "host_ms": round(1000 * self.host[path] / steps, 2),
                          "calls": round(self.calls[path] / steps, 2)}
         children = [p for p in self.wall if p.count("/") == 1 and p.startswith(root + "/")]
-        out["unaccounted"] = {"wall_ms": round(1000 * (self.wall[root] - sum(self.wall[p] for p in children)) / steps, 2)}
+        out["unaccounted"] = {
+            "wall_ms": round(1000 * (self.wall[root] - sum(self.wall[p] for p in children)) / steps, 2)
+        }
         return out
 
 
@@ -443,7 +446,7 @@ def _bench_ours(model_dir: Path, shapes, warmup: int, steps: int, variant: str, 
                 "sample_indices": list(range(batch))}
         counter = iter(range(10**6))
 
-        def step():
+        def step(actor=actor, counter=counter, data=data):
             return actor.train(next(counter), data)
 
         seconds, peak = timed(step, warmup, steps)
@@ -451,10 +454,12 @@ def _bench_ours(model_dir: Path, shapes, warmup: int, steps: int, variant: str, 
         results[key] = {"step_s": seconds, "peak_gib": peak}
         progress(variant, key, batch * seq, seconds, peak)
         if opts.profile:
-            results[key].update(profile_step(step, lambda clock: instrument_ours(actor, clock), f"{variant}_{key}", opts))
+            results[key].update(
+                profile_step(step, lambda clock, actor=actor: instrument_ours(actor, clock), f"{variant}_{key}", opts)
+            )
     if opts.profile:
         results["diagnostics"] = diagnostics_ours(actor)
-    del actor
+    actor = None
     gc.collect()
     torch.cuda.empty_cache()
     return results
@@ -472,14 +477,14 @@ def bench_hf(model_dir: Path, shapes, warmup: int, steps: int, opts) -> dict:
         clock = None  # set while profiling
 
         @contextmanager
-        def phase(name):
-            if clock is None:
+        def phase(name):  # reads the clock `instrument` sets for this shape
+            if clock is None:  # noqa: B023
                 yield
             else:
-                with clock.phase(name):
+                with clock.phase(name):  # noqa: B023
                     yield
 
-        def step():
+        def step(ids=ids):
             with phase("forward"):  # the loss from labels is part of HF's forward
                 loss = model(input_ids=ids, labels=ids).loss
             with phase("backward"):
@@ -505,7 +510,7 @@ def bench_hf(model_dir: Path, shapes, warmup: int, steps: int, opts) -> dict:
         progress("hf_sdpa", key, batch * seq, seconds, peak)
         if opts.profile:
             results[key].update(profile_step(step, instrument, f"hf_sdpa_{key}", opts))
-    del model, optimizer
+    model = optimizer = None
     gc.collect()
     torch.cuda.empty_cache()
     return results
@@ -543,7 +548,8 @@ def summary_text(report: dict, profile: dict, top: int) -> str:
                 lines.append(f"{v} kernels: {k.get('error', 'none')}")
                 continue
             classes = ", ".join(f"{c} {ms}" for c, ms in k["by_class_ms"].items())
-            lines.append(f"{v} GPU busy {k['gpu_busy_ms']} of {k['wall_ms']} ms wall, {k['kernel_launches']} kernels: {classes}")
+            lines.append(f"{v} GPU busy {k['gpu_busy_ms']} of {k['wall_ms']} ms wall, {k['kernel_launches']} kernels: "
+                         f"{classes}")
             for name, ms, n in k["top_kernels"][:top]:
                 lines.append(f"    {ms:>9.3f} ms {n:>5}x  {name}")
             lines.append(f"{v} host time by operator (own time):")

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
 from algo_args import make_args
 from slime_ref.algo.advantages import (
     compute_advantages_and_returns,

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+
 from algo_args import make_args
 from slime_ref.algo.losses import (
     StepMean,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+
 from slime_ref.arguments import add_algo_arguments, build_parser, parse_args
 from slime_ref.errors import UserError
 

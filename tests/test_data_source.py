@@ -7,6 +7,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from slime_ref.arguments import parse_args
 from slime_ref.data.source import (
     RolloutDataSource,

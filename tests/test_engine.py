@@ -10,11 +10,12 @@ import time
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
 from _engines import InProcessEngine
 from _reference import hf_logprobs
 from slime_ref.engine.model_runner import ModelRunner
 from slime_ref.rollout.sglang_client import EngineError, SGLangClient
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 PROMPT = [1, 9, 12, 30, 4, 7]
 
@@ -488,7 +489,7 @@ def test_flattened_bucket_from_slime_uses_sglang_metadata_class(monkeypatch):
 
     path = "sglang.srt.weight_sync.tensor_bucket"
     FlattenedTensorMetadata.__module__, FlattenedTensorMetadata.__qualname__ = path, "FlattenedTensorMetadata"
-    for i, part in enumerate(path.split(".")):
+    for i in range(len(path.split("."))):
         module = types.ModuleType(".".join(path.split(".")[: i + 1]))
         monkeypatch.setitem(sys.modules, module.__name__, module)
     sys.modules[path].FlattenedTensorMetadata = FlattenedTensorMetadata

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from skill_docs import REPO
 
+from skill_docs import REPO
 from slime_check.skill_install import SKILL_NAME
 
 HERMES_VERSION = "0.19.0"
@@ -163,7 +163,8 @@ def test_an_agent_turn_loads_the_skill_through_skill_view(hermes_python, tmp_pat
     subprocess.run(["slime-check", "skill", "install", "--hermes-home", str(home)], check=True, timeout=300)
     port, log = _free_port(), tmp_path / "llm.jsonl"
     (home / "config.yaml").write_text(
-        f"model:\n  provider: custom\n  base_url: http://127.0.0.1:{port}/v1\n  default: scripted\n  context_length: 131072\n"
+        f"model:\n  provider: custom\n  base_url: http://127.0.0.1:{port}/v1\n  default: scripted\n  context_length: "
+        f"131072\n"
     )
     server = subprocess.Popen(
         [sys.executable, str(SCRIPTED_LLM), str(port), str(log), SKILL_NAME, "references/troubleshooting.md"],

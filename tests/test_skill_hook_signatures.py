@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from skill_docs import FENCE, INLINE_CODE, REPO
 
 SLIME_REF = REPO / "reference_impl" / "slime_ref"
@@ -96,7 +97,12 @@ def _site(call: ast.Call, path: Path, skip: int = 0) -> Site:
 
 
 def _function_defs(trees) -> dict[tuple[Path, str], ast.FunctionDef]:
-    return {(p, n.name): n for p, t in trees.items() for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return {
+        (p, n.name): n
+        for p, t in trees.items()
+        for n in ast.walk(t)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
 
 
 def _through_wrapper(outer: ast.Call, path: Path, defs) -> list[Site]:
@@ -195,7 +201,9 @@ def test_documented_signature_matches_every_call_site(flag):
     assert sigs, f"custom-hooks.md gives no signature for {flag}"
     for site in SITES[flag]:  # every call passes a number and order of arguments some documented form takes
         problems = [accepts(sig, site, keywords=False) for sig in sigs]
-        assert any(p == [] for p in problems), f"{flag} is called at {site.where} as f({', '.join(site.positional)}): {problems}"
+        assert any(p == [] for p in problems), (
+            f"{flag} is called at {site.where} as f({', '.join(site.positional)}): {problems}"
+        )
     for sig in sigs:  # and every documented form is one the loop really calls, keywords included
         problems = [accepts(sig, site, keywords=True) for site in SITES[flag]]
         assert any(p == [] for p in problems), f"{flag}: `{ast.unparse(sig.args)}` matches no call site: {problems}"
@@ -362,7 +370,10 @@ def test_group_rm_scores_samples_whose_reward_generate_already_set(tiny, tmp_pat
     ((_, received),) = hooks.SEEN
     assert shape(received) == "list[Sample]"
     text = " ".join(HOOKS_MD.read_text(encoding="utf-8").split())
-    assert "If you set `sample.reward`, slime does not call the reward function for that sample, **unless `--group-rm` is on**" in text
+    assert (
+        "If you set `sample.reward`, slime does not call the reward function for that sample, "
+        "**unless `--group-rm` is on**" in text
+    )
 
     hooks.SEEN.clear()
     args = probe_args(tiny, tmp_path)  # without --group-rm a preset reward is kept

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from skill_docs import REPO
 
+from skill_docs import REPO
 from slime_check.skill_install import SKILL_NAME
 
 pytestmark = pytest.mark.timeout(1200)  # the first test may build a validator's environment
@@ -75,7 +75,10 @@ def _python312() -> str | None:
     candidates += [sys.executable, shutil.which("python3.13"), shutil.which("python3.12")]
     candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")), reverse=True)
     for candidate in filter(None, candidates):
-        if _run([candidate, "-c", "import sys, venv; sys.exit(sys.version_info < (3, 12))"], timeout=60).returncode == 0:
+        if (
+            _run([candidate, "-c", "import sys, venv; sys.exit(sys.version_info < (3, 12))"], timeout=60).returncode
+            == 0
+        ):
             return candidate
     return None
 

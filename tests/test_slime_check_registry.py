@@ -8,9 +8,10 @@ import json
 import zipfile
 
 import pytest
+
 from slime_check.config_lint import HOOK_FLAGS
-from slime_common.registry import load_registry
 from slime_check.tools import gen_flag_registry as gen
+from slime_common.registry import load_registry
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +167,7 @@ def test_patch_added_flags_reads_flags_and_dataclass_fields():
 diff --git a/megatron/training/arguments.py b/megatron/training/arguments.py
 +    group.add_argument('--use-gated-attention', action='store_true',
 -    group.add_argument('--removed-flag')
-"""
+"""  # noqa: E501
     assert gen.patch_added_flags(patch) == {"--post-mlp-layernorm", "--use-gated-attention"}
 
 

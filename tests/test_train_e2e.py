@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -74,8 +74,10 @@ def test_disaggregated_tp2_trainer_two_engines_distributed_sync(tiny, tmp_path):
 
 
 def test_colocated_tensor_sync_and_disk_sync(tiny, tmp_path):
-    for extra, name in ((["--colocate"], "colocated"),
-                        (["--update-weight-transport", "disk", "--update-weight-disk-dir", str(tmp_path / "w")], "disk")):
+    for extra, name in (
+        (["--colocate"], "colocated"),
+        (["--update-weight-transport", "disk", "--update-weight-disk-dir", str(tmp_path / "w")], "disk"),
+    ):
         out = tmp_path / name
         assert_ok(run_train(grpo_flags(tiny, out, "--num-rollout", "2", "--actor-num-gpus-per-node", "1", *extra)))
         rollouts = [r for r in metrics(out) if "train/pg_loss" in r]

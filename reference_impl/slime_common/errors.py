@@ -7,7 +7,8 @@ exit with status 2, never with a traceback.
 from __future__ import annotations
 
 import sys
-from typing import Callable, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 USAGE_EXIT_CODE = 2
 

@@ -385,9 +385,21 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 
 def check_model_args(args) -> None:
     """Each architecture flag given must match --hf-checkpoint's config.json (UserError otherwise)."""
-    names = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
-             "kv_channels", "norm_epsilon", "rotary_base", "vocab_size", "swiglu", "untie_embeddings_and_output_weights",
-             "qk_layernorm", "add_qkv_bias")
+    names = (
+        "num_layers",
+        "hidden_size",
+        "ffn_hidden_size",
+        "num_attention_heads",
+        "num_query_groups",
+        "kv_channels",
+        "norm_epsilon",
+        "rotary_base",
+        "vocab_size",
+        "swiglu",
+        "untie_embeddings_and_output_weights",
+        "qk_layernorm",
+        "add_qkv_bias",
+    )
     if not any(getattr(args, n, None) not in (None, False) for n in names):
         return  # no MODEL_ARGS given: the model is simply what config.json says
     if not args.hf_checkpoint or not os.path.isfile(os.path.join(args.hf_checkpoint, "config.json")):

@@ -64,7 +64,7 @@ class Run:
 
     # -- set-up and tear-down -------------------------------------------------------------------
 
-    def __enter__(self) -> "Run":
+    def __enter__(self) -> Run:
         try:
             self._setup()
         except BaseException as e:

@@ -170,7 +170,9 @@ class SGLangClient:
             except aiohttp.ClientConnectorError as e:  # never connected: the request did not leave
                 last_error = f"cannot connect ({e.os_error or e})"
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                kind = "timed out" if isinstance(e, asyncio.TimeoutError) else f"connection lost ({type(e).__name__}: {e})"
+                kind = (
+                    "timed out" if isinstance(e, asyncio.TimeoutError) else f"connection lost ({type(e).__name__}: {e})"
+                )
                 if not resend_safe:
                     raise EngineError(url, f"{kind}; not retried because repeating {route} is not safe") from e
                 last_error = kind

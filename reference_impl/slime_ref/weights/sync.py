@@ -96,8 +96,8 @@ class WeightSync:
 
     def _connect(self, engine_urls: list[str]) -> None:
         """Build the trainer + engines group once (again only if the engine set changed)."""
-        from slime_ref.weights import transfer as wt
         from slime_ref.utils.net import allocate_port, node_address
+        from slime_ref.weights import transfer as wt
 
         if self._group is not None and self._group_urls == tuple(engine_urls):
             return

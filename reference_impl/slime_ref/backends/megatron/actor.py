@@ -288,7 +288,9 @@ class MegatronActor:
         )
 
     @torch.no_grad()
-    def compute_log_probs(self, rollout: dict, schedule: list[StepSchedule], tag: str = "actor") -> dict[int, torch.Tensor]:
+    def compute_log_probs(
+        self, rollout: dict, schedule: list[StepSchedule], tag: str = "actor"
+    ) -> dict[int, torch.Tensor]:
         """Response log-probs of this rank's samples under the ``tag`` weights (eval mode).
 
         Returns {sample index: [R_i] fp32 tensor} on the last pipeline stage, {} elsewhere.
@@ -449,7 +451,9 @@ class MegatronActor:
         if not ps.is_pipeline_last_stage():
             return
         mine = [i for step in schedule for mb in step.micro_batches for i in mb]
-        advantages, returns = losses.advantages_and_returns(a, rollout, mine, process_group=ps.get_data_parallel_group())
+        advantages, returns = losses.advantages_and_returns(
+            a, rollout, mine, process_group=ps.get_data_parallel_group()
+        )
         rollout["advantages"], rollout["returns"] = [None] * n, [None] * n
         for i, adv, ret in zip(mine, advantages, returns):
             rollout["advantages"][i], rollout["returns"][i] = adv, ret
