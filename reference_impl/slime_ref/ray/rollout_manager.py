@@ -110,7 +110,7 @@ class RolloutManager:
 
     def start(self) -> int:
         """Load the data source and the rollout function, start engines and router; returns the
-        number of rollouts in one epoch of the prompt data."""
+        number of prompts."""
         from slime_ref.data.source import load_tokenizer, make_data_source
         from slime_ref.utils.hooks import load_function
 
@@ -120,7 +120,7 @@ class RolloutManager:
         if args.rollout_num_gpus and not args.debug_train_only:
             self._start_engines(self.placement)
             self.watch = ServerWatch(self)
-        return self.num_rollout_per_epoch()
+        return len(self.data_source)
 
     # -- engines and router ---------------------------------------------------------------------
 
@@ -182,9 +182,6 @@ class RolloutManager:
         if self.router is not None:
             router_add_worker(self.router.url, url)
         logger.warning("engine-%d restarted at %s (was %s)", index, url, old)
-
-    def num_rollout_per_epoch(self) -> int:
-        return max(1, len(self.data_source) // self.args.rollout_batch_size)
 
     # -- rollout ------------------------------------------------------------------------------
 
