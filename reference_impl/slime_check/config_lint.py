@@ -33,18 +33,6 @@ HOOK_DOC = slime_doc(CUSTOMIZATION)
 DATA_DOC = slime_doc(USAGE)
 FAQ_DOC = slime_doc(FAQ)
 
-# Flags whose value slime loads with load_function: a dotted import path, module.attribute.
-HOOK_FLAGS = (
-    "--rollout-function-path", "--custom-generate-function-path", "--custom-rm-path", "--dynamic-sampling-filter-path",
-    "--buffer-filter-path", "--rollout-sample-filter-path", "--rollout-all-samples-process-path",
-    "--rollout-data-postprocess-path", "--custom-loss-function-path", "--custom-tis-function-path",
-    "--custom-pg-loss-reducer-function-path", "--custom-reward-post-process-path",
-    "--custom-convert-samples-to-train-data-path", "--custom-rollout-log-function-path",
-    "--custom-eval-rollout-log-function-path", "--data-source-path", "--eval-function-path",
-    "--custom-megatron-init-path", "--custom-megatron-before-log-prob-hook-path",
-    "--custom-megatron-before-train-step-hook-path", "--rollout-sample-hook-path", "--custom-advantage-function-path",
-    "--custom-model-provider-path", "--custom-update-weight-post-write-path",
-)
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 NEGATIVE_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?|-\.\d+")
 DATA_ROWS = 5
@@ -737,7 +725,7 @@ def check_validate_args(cfg: Config) -> list[Finding]:
 
 def check_hooks(cfg: Config) -> list[Finding]:
     out = []
-    for name in HOOK_FLAGS:
+    for name in cfg.reg.hook_flags():  # values slime loads with load_function: module.attribute
         for g in cfg.given(name):
             for word in g.values:
                 if not word.known:

@@ -28,6 +28,10 @@ from typing import Any
 
 REGISTRY_FILE = "slime_v0.3.1_flags.json"
 
+# slime's own ``--*-path`` flags that name a YAML file; every other one names a Python object that
+# slime loads with ``load_function`` (a hook).
+CONFIG_FILE_FLAGS = frozenset({"--custom-config-path", "--megatron-config-path"})
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -110,6 +114,13 @@ class Registry:
             if flag.dest == dest:
                 return flag
         return None
+
+    def hook_flags(self) -> tuple[str, ...]:
+        """slime's hook flags: its own ``--*-path`` flags whose value is a dotted import path."""
+        return tuple(sorted(
+            name for flag in self.flags if flag.source == "slime"
+            for name in flag.flags if name.endswith("-path") and name not in CONFIG_FILE_FLAGS
+        ))
 
     def abbreviation_of(self, name: str) -> list[Flag]:
         """Flags the ``sglang`` parser would take ``name`` for (argparse prefix matching)."""
