@@ -189,7 +189,6 @@ class RolloutManager:
     def generate(self, rollout_id: int):
         """One rollout: (train data for the trainer, rollout metrics for the log)."""
         from slime_ref.algo.advantages import post_process_rewards
-        from slime_ref.utils.hooks import load_function
 
         start = time.perf_counter()
         with self._watched():
@@ -197,11 +196,7 @@ class RolloutManager:
         groups = output.samples if hasattr(output, "samples") else output
         samples = [s for g in groups for s in g]
         rollout_time = time.perf_counter() - start
-        if self.args.custom_reward_post_process_path:
-            post = load_function(self.args.custom_reward_post_process_path, "--custom-reward-post-process-path")
-            raw, rewards = post(self.args, samples)
-        else:
-            raw, rewards = post_process_rewards(self.args, samples)
+        raw, rewards = post_process_rewards(self.args, samples)  # or --custom-reward-post-process-path
         if self.args.save_debug_rollout_data:
             save_debug_rollout_data(self.args.save_debug_rollout_data, rollout_id, samples)
         data = samples_to_train_data(samples, raw, rewards)
