@@ -65,7 +65,7 @@ def test_frontmatter_and_body_sizes():
     assert len(body) < 15_000, f"SKILL.md body is {len(body)} characters; move depth into skill/references/"
 
 
-def test_body_has_every_section_the_issue_asks_for():
+def test_body_has_every_section_a_slime_skill_needs():
     _, body = frontmatter_and_body()
     headings = [h.lower() for h in re.findall(r"^## (.+)$", body, re.M)]
     for needed in (

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from _ci import skip_or_fail_in_ci
 from skill_docs import REPO
 from slime_check.skill_install import SKILL_NAME
 
@@ -53,7 +54,7 @@ def _venv_with(venv: Path, python: str, requirement: str, probe: str) -> Path:
     if install.returncode != 0 or _run([venv_python, "-c", probe], timeout=120).returncode != 0:
         shutil.rmtree(venv, ignore_errors=True)
         tail = (install.stderr or install.stdout).strip().splitlines()[-1:]
-        pytest.skip(f"could not install {requirement} into {venv.name}: {tail}")
+        skip_or_fail_in_ci(f"could not install {requirement} into {venv.name}: {tail}")
     return venv_python
 
 
