@@ -260,7 +260,7 @@ def test_loss_and_gradients_do_not_depend_on_the_micro_batch_split(per_token, es
 @pytest.mark.parametrize("per_token", [False, True])
 def test_value_and_sft_losses_do_not_depend_on_the_micro_batch_split(per_token):
     rng = random.Random(5)
-    args = make_args("--advantage-estimator", "ppo", calculate_per_token_loss=per_token)
+    args = make_args(advantage_estimator="ppo", calculate_per_token_loss=per_token)
     batch = _random_batch(rng, 6)
     critic = dict(values=batch["log_probs"], old_values=batch["old_log_probs"], returns=batch["ref_log_probs"],
                   loss_masks=batch["loss_masks"])
@@ -276,7 +276,7 @@ def test_value_and_sft_losses_do_not_depend_on_the_micro_batch_split(per_token):
 def test_value_loss_by_hand():
     # v - v_old = [0.5, 0] -> clipped values [0.7, 2.0]; (clipped - G)^2 = [0.64, 1.0]; (v - G)^2 = [0.25, 1.0]
     # max = [0.64, 1.0]; per token over 2 tokens -> 0.82; clipfrac [1, 0] -> 0.5
-    args = make_args("--advantage-estimator", "ppo", "--calculate-per-token-loss")
+    args = make_args("--calculate-per-token-loss", advantage_estimator="ppo")
     loss, metrics = value_loss_function(
         args, values=[_t(1.0, 2.0)], old_values=[_t(0.5, 2.0)], returns=[_t(1.5, 1.0)], loss_masks=[_t(1, 1)],
         num_samples=1, num_tokens=2,

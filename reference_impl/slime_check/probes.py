@@ -4,7 +4,7 @@ Every check asks a :class:`Probe` three kinds of question: run a named command, 
 the environment. :class:`LiveProbe` answers on this machine; :class:`CaptureProbe` answers from a
 capture file, so a check runs the same against a user's machine we cannot reach.
 
-A capture is UTF-8 text made of sections (see ``shared/fixtures/env/README.md``)::
+A capture is UTF-8 text made of sections (see ``tests/fixtures/env/README.md``)::
 
     === <what was captured, usually the exact command or file path>
     <its output, stdout and stderr together, verbatim>

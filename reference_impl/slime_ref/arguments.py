@@ -608,6 +608,9 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
             raise UserError(f"{source} {args.ref_load}: no such directory (needed as the reference model for {why})")
 
     # --- estimator and loss rules
+    if args.advantage_estimator == "ppo":
+        raise UserError("--advantage-estimator ppo: slime-ref has no critic model yet (GAE and the value loss "
+                        "exist only as tensor functions); use grpo, gspo, cispo or reinforce_plus_plus")
     if args.advantage_estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and \
             not args.normalize_advantages:
         raise UserError(f"--advantage-estimator {args.advantage_estimator} needs --normalize-advantages")
