@@ -105,8 +105,9 @@ def _function_defs(trees) -> dict[tuple[Path, str], ast.FunctionDef]:
     }
 
 
-def _through_wrapper(outer: ast.Call, path: Path, defs) -> list[Site]:
-    """`wrapper(hook, x, y)`: the call of the hook inside the wrapper's body (this module's, else any)."""
+def _through_wrapper(outer: ast.Call, path: Path, defs, depth: int = 0) -> list[Site]:
+    """`wrapper(hook, x, y)`: the call of the hook inside the wrapper's body (this module's, else any),
+    also through a wrapper that hands the hook and its ``*args`` on to another wrapper."""
     name = ast.unparse(outer.func).rsplit(".", 1)[-1]
     candidates = [key for key in defs if key[1] == name]
     candidates.sort(key=lambda key: key[0] != path)
@@ -114,13 +115,22 @@ def _through_wrapper(outer: ast.Call, path: Path, defs) -> list[Site]:
         return []
     wpath, wdef = candidates[0][0], defs[candidates[0]]
     hook_param = wdef.args.args[0].arg
+    named = len(wdef.args.posonlyargs + wdef.args.args)  # the outer call's arguments before the wrapper's *args
     sites = []
     for node in ast.walk(wdef):
-        if isinstance(node, ast.Call) and ast.unparse(node.func) == hook_param:
-            if any(isinstance(a, ast.Starred) for a in node.args):  # hook(*args, **kwargs): the outer call's
-                sites.append(_site(outer, path, skip=1))
+        if not isinstance(node, ast.Call):
+            continue
+        starred = any(isinstance(a, ast.Starred) for a in node.args)
+        if ast.unparse(node.func) == hook_param:
+            if starred:  # hook(*args, **kwargs): the outer call's arguments after the wrapper's own
+                sites.append(_site(outer, path, skip=named))
             else:
                 sites.append(_site(node, wpath))
+        elif starred and depth < 3 and node.args and ast.unparse(node.args[0]) == hook_param:
+            # inner(hook, *args, **kwargs): follow it with the outer call's trailing arguments
+            inner = ast.Call(func=node.func, args=[outer.args[0], *outer.args[named:]], keywords=outer.keywords)
+            inner.lineno = outer.lineno
+            sites += _through_wrapper(inner, path, defs, depth + 1)
     return sites
 
 
@@ -136,14 +146,19 @@ def call_sites() -> dict[str, list[Site]]:
                     and str(load.args[1].value).startswith("--")):
                 continue
             flag = load.args[1].value
-            parent = load.parent
+            child, parent = load, load.parent
             while isinstance(parent, ast.IfExp):
+                child, parent = parent, parent.parent
+            position = None
+            if isinstance(parent, ast.Tuple):  # hook, name = load_function(...), ...
+                position = parent.elts.index(child)
                 parent = parent.parent
             found = []
             if isinstance(parent, ast.Call):  # wrapper(load_function(...), x, y)
                 found += _through_wrapper(parent, path, defs)
             elif isinstance(parent, ast.Assign):
-                target = ast.unparse(parent.targets[0])
+                target = parent.targets[0]
+                target = ast.unparse(target.elts[position] if position is not None else target)
                 scope = tree if target.startswith("self.") else parent
                 while not isinstance(scope, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
                     scope = scope.parent
