@@ -181,29 +181,32 @@ class PhaseClock:
 
 
 def instrument_ours(actor, clock: PhaseClock) -> list:
-    """Phase timers around the pieces of ``MegatronActor.train``; returns undo functions."""
+    """Phase timers on ``MegatronActor.train``: the actor's own phases (``actor.phase``: pack, forward,
+    log_probs, loss, metrics, optimizer, scheduler) and, inside megatron-core, the backward, the
+    gradient reduction and the optimizer's parts. Returns undo functions."""
     from megatron.core import distributed as mdist
     from megatron.core.optimizer import optimizer as moptimizer
     from megatron.core.pipeline_parallel import schedules
 
-    from slime_ref.backends.megatron import actor as actor_module
-    from slime_ref.backends.megatron import losses
+    scope = actor.phase
+
+    @contextmanager
+    def timed_phase(name):
+        with scope(name), clock.phase(name):
+            yield
+
+    actor.phase = timed_phase
+
+    def restore():
+        actor.phase = scope
 
     undo = [
-        clock.wrap(actor, "_to_tensors", "pack"),
-        clock.wrap(actor, "_schedule", "pack"),
-        clock.wrap(actor_module, "pack_micro_batch", "pack"),
-        clock.wrap(actor, "_forward", "forward"),
-        clock.wrap(actor, "_score", "log_probs"),
-        clock.wrap(losses, "micro_batch_loss", "loss"),
+        restore,
         clock.wrap(schedules, "backward_step", "backward"),
         clock.wrap(mdist, "finalize_model_grads", "grad_finalize"),
-        clock.wrap(actor.optimizer, "step", "optimizer"),
         clock.wrap(moptimizer, "get_grad_norm_fp32", "grad_norm"),
         clock.wrap(moptimizer, "clip_grad_by_total_norm_fp32", "clip"),
         clock.wrap(actor.model, "start_param_sync", "param_gather"),
-        clock.wrap(actor.scheduler, "step", "scheduler"),
-        clock.wrap(actor, "_reduce_metrics", "metrics"),
     ]
     for sub in getattr(actor.optimizer, "chained_optimizers", [actor.optimizer]):
         undo += [clock.wrap(sub, "_copy_model_grads_to_main_grads", "grads_to_fp32"),
