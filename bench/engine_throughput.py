@@ -28,6 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
+
 from slime_ref.rollout.servers import (
     SGLANG_CUDA_GRAPH_FLAGS,
     SGLANG_OFFLINE_GPU_FLAGS,
@@ -69,8 +70,9 @@ def hf_rate(model, prompts: list[list[int]], new_tokens: int, pad_id: int, devic
 
 
 def bench_builtin(args) -> dict:
-    from slime_ref.assets import make_tiny
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_ref.assets import make_tiny
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="engine-bench-"))
     assets = make_tiny(work / "tiny", seed=0)
@@ -89,7 +91,9 @@ def bench_builtin(args) -> dict:
         asyncio.run(engine_rate(servers.url, prompts[:2], 4, True))  # warm up
         for c in args.concurrency:
             batch = [prompts[i % len(prompts)] for i in range(c)]
-            result["tokens_per_s"][str(c)] = round(asyncio.run(engine_rate(servers.url, batch, args.new_tokens, True)), 1)
+            result["tokens_per_s"][str(c)] = round(
+                asyncio.run(engine_rate(servers.url, batch, args.new_tokens, True)), 1
+            )
     for c in args.concurrency:
         batch = [prompts[i % len(prompts)] for i in range(c)]
         hf_rate(model, batch[:1], 2, tokenizer.pad_token_id, "cpu")  # warm up
@@ -100,8 +104,9 @@ def bench_builtin(args) -> dict:
 
 def build_qwen3_0_6b_shape(out: Path) -> Path:
     """Random bf16 weights in Qwen3-0.6B's shape, saved as an HF checkpoint (built on the GPU)."""
-    from slime_ref.assets import build_tokenizer
     from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from slime_ref.assets import build_tokenizer
 
     if (out / "config.json").is_file():
         return out
@@ -127,7 +132,11 @@ def bench_sglang(args) -> dict:
     concurrency = 256
     prompts = [[rng.randrange(2, 30000) for _ in range(args.prompt_tokens)] for _ in range(concurrency)]
     # No tokenizer work: the random model's ids are not the tokenizer's.
-    flags = [*SGLANG_OFFLINE_GPU_FLAGS, *SGLANG_CUDA_GRAPH_FLAGS[not args.no_cuda_graph], "--sglang-skip-tokenizer-init"]
+    flags = [
+        *SGLANG_OFFLINE_GPU_FLAGS,
+        *SGLANG_CUDA_GRAPH_FLAGS[not args.no_cuda_graph],
+        "--sglang-skip-tokenizer-init",
+    ]
     result = {"engine": "sglang", "model": "Qwen3-0.6B shape, random bf16 weights", "gpu": torch.cuda.get_device_name(),
               "concurrency": concurrency, "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
               "cuda_graph_decode": not args.no_cuda_graph, "tokens_per_s": {}}

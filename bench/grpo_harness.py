@@ -59,7 +59,7 @@ class ProcessTreeMemory:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
 
-    def __enter__(self) -> "ProcessTreeMemory":
+    def __enter__(self) -> ProcessTreeMemory:
         self._thread.start()
         return self
 
@@ -179,7 +179,7 @@ def boxed_math_reward(completions, label, **kwargs) -> list[float]:
     from slime_ref.rollout.rewards import math_reward
 
     texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-    return [float(math_reward(t, l)) for t, l in zip(texts, label)]
+    return [float(math_reward(t, lab)) for t, lab in zip(texts, label)]
 
 
 def copy_tokenizer(src: Path, dst: Path) -> None:
@@ -237,7 +237,12 @@ class PhaseClock:
         for rid in sorted(logged):
             if rid - 1 not in logged or ("train", rid) not in first or ("update_weights", rid) not in first:
                 continue
-            start, train, sync, end = logged[rid - 1], first[("train", rid)], first[("update_weights", rid)], logged[rid]
+            start, train, sync, end = (
+                logged[rid - 1],
+                first[("train", rid)],
+                first[("update_weights", rid)],
+                logged[rid],
+            )
             out.append({"rollout_id": rid, "step_s": end - start, "to_train_s": train - start,
                         "to_sync_s": sync - train, "sync_s": end - sync})
         return out

@@ -238,8 +238,13 @@ def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_
         from slime_ref.utils.hooks import load_function
 
         load_function(args.custom_generate_function_path, "--custom-generate-function-path")
-        result["dry_run"] = {"flags_parse": True, "rollout_engine": args.rollout_engine, "colocate": args.colocate,
-                             "sglang_flags": dict(args.sglang_extra), "model_files": sorted(p.name for p in model.iterdir())}
+        result["dry_run"] = {
+            "flags_parse": True,
+            "rollout_engine": args.rollout_engine,
+            "colocate": args.colocate,
+            "sglang_flags": dict(args.sglang_extra),
+            "model_files": sorted(p.name for p in model.iterdir()),
+        }
         return result
     if not torch.cuda.is_available():
         raise SystemExit("--gpu needs a CUDA device (or --dry-run)")

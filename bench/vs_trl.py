@@ -72,7 +72,9 @@ def prepare(workdir: Path, target: float, threads: int) -> dict:
     return {"tiny": tiny, "prompts": prompts, "rows": rows, "warm": warm, "warmup": info}
 
 
-def sampled_reward(model, tokenizer, rows: list[dict], samples: int = 8, max_new_tokens: int = 8, seed: int = 0) -> float:
+def sampled_reward(
+    model, tokenizer, rows: list[dict], samples: int = 8, max_new_tokens: int = 8, seed: int = 0
+) -> float:
     """Mean math reward of ``samples`` responses per prompt at temperature 1 (HF generate, full vocab)."""
     import torch
 
@@ -90,7 +92,7 @@ def sampled_reward(model, tokenizer, rows: list[dict], samples: int = 8, max_new
     model.train()
     texts = tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
     labels = [r["label"] for r in rows for _ in range(samples)]
-    return sum(math_reward(t, l) for t, l in zip(texts, labels)) / len(texts)
+    return sum(math_reward(t, lab) for t, lab in zip(texts, labels)) / len(texts)
 
 
 def warm_up(tiny: Path, rows: list[dict], out: Path, *, target: float, threads: int, lr: float = 2e-3,
@@ -205,8 +207,13 @@ def worker(kind: str, workdir: Path, seed: int, steps: int, threads: int, rollou
     elif kind == "ours":
         run = h.run_ours(ours_flags(workdir / "warm", workdir / "data" / "all.jsonl", out, seed, steps, threads,
                                     rollout_threads))
-        result = {"step_s": [s["step_s"] for s in run["steps"]], "reward_curve": run["reward_curve"],
-                  "setup_s": run["setup_s"], "cpu_s_per_step": run["cpu_s_per_step"], "phase_median_s": ours_phases(run)}
+        result = {
+            "step_s": [s["step_s"] for s in run["steps"]],
+            "reward_curve": run["reward_curve"],
+            "setup_s": run["setup_s"],
+            "cpu_s_per_step": run["cpu_s_per_step"],
+            "phase_median_s": ours_phases(run),
+        }
     else:
         r = RECIPE
         run = h.run_trl(workdir / "warm", h.read_jsonl(workdir / "data" / "all.jsonl"), out_dir=out, seed=seed,
@@ -274,7 +281,11 @@ def main() -> None:
     load_before = os.getloadavg()
     started = time.perf_counter()
     prep = prepare(workdir, a.warmup_target, a.threads)
-    probe = spawn_worker("probe", workdir, 0, a.steps, a.threads, a.rollout_threads) if "ours" in trainers and not a.no_probe else None
+    probe = (
+        spawn_worker("probe", workdir, 0, a.steps, a.threads, a.rollout_threads)
+        if "ours" in trainers and not a.no_probe
+        else None
+    )
     results: dict[str, dict[int, dict]] = {t: {} for t in trainers}
     for seed in a.seeds:  # interleaved, so a busy spell on a shared machine hits both
         for t in trainers:

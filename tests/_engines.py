@@ -12,6 +12,7 @@ import threading
 import time
 
 from aiohttp import web
+
 from slime_ref.engine.http_server import EngineConfig, EngineServer
 from slime_ref.utils.net import allocate_port
 

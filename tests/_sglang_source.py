@@ -19,8 +19,8 @@ from pathlib import Path
 
 SGLANG_VERSION = "0.5.15.post1"
 # meta_info keys of a real SGLang 0.5.15.post1 /generate answer with return_logprob, captured on an
-# H200 (../shared/notes/sglang-offline-gpu.md). They come from the tokenizer manager, not from the
-# files parsed here.
+# offline H200 (driver 580.159.04, CUDA 13.0, torch 2.11.0+cu130) on 2026-11-29. They come from the
+# tokenizer manager, not from the files parsed here.
 SGLANG_META_INFO_KEYS = {
     "id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "cached_tokens_details",
     "weight_version", "num_retractions", "input_token_logprobs", "output_token_logprobs",

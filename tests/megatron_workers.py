@@ -370,3 +370,28 @@ def tp_log_probs_worker(rank, world, port):
         return out
     finally:
         initialize.destroy()
+
+
+def phases_worker(rank, world, port, model_dir):
+    """The phases one policy step runs through: as ``actor.phase`` sees them, and in a torch profile."""
+    import contextlib
+
+    from slime_ref.backends.megatron.actor import MegatronActor
+
+    actor = MegatronActor(make_args(["--hf-checkpoint", model_dir, "--global-batch-size", "8", "--lr", "1e-3",
+                                     "--micro-batch-size", "4", "--attention-dropout", "0", "--hidden-dropout", "0"]),
+                          rank=rank, world_size=world, master_port=port)
+    seen = []
+    scope = actor.phase
+
+    @contextlib.contextmanager
+    def recording(name):
+        seen.append(name)
+        with scope(name):
+            yield
+
+    actor.phase = recording
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        actor.train(0, synthetic_batch(8, seed=0))
+    profiled = sorted({e.name for e in prof.events() if e.name.startswith("slime_ref/")})
+    return seen, profiled

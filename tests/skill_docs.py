@@ -30,14 +30,28 @@ SHELL_LANGS = {"bash", "sh", "shell", "console"}
 TOOL_FLAGS = {
     "docker": {"--rm", "--gpus", "--ipc", "--shm-size", "--ulimit"},
     "ray": {  # ray start / status / stop / job submit
-        "--head", "--node-ip-address", "--num-gpus", "--disable-usage-stats", "--dashboard-host",
-        "--dashboard-port", "--address", "--runtime-env-json", "--force",
+        "--head",
+        "--node-ip-address",
+        "--num-gpus",
+        "--disable-usage-stats",
+        "--dashboard-host",
+        "--dashboard-port",
+        "--address",
+        "--runtime-env-json",
+        "--force",
     },
     "hf": {"--repo-type", "--local-dir"},
     "pip": {"--no-deps", "--no-build-isolation", "--extra-index-url"},
     "git": {"--tags"},
     # slime v0.3.1 tools/convert_torch_dist_to_hf.py
-    "convert_torch_dist_to_hf.py": {"--input-dir", "--output-dir", "--origin-hf-dir", "--vocab-size", "--model-name", "--force"},
+    "convert_torch_dist_to_hf.py": {
+        "--input-dir",
+        "--output-dir",
+        "--origin-hf-dir",
+        "--vocab-size",
+        "--model-name",
+        "--force",
+    },
     "slime_log_summary.py": {"--json"},
 }
 # Scripts whose flags are slime's own: the trainer, the HF -> Megatron converter (Megatron's parser
@@ -95,7 +109,8 @@ def dead_links(root: Path, rel: str) -> list[str]:
         path, _, anchor = target.partition("#")
         resolved = root / posixpath.normpath(posixpath.join(posixpath.dirname(rel), path)) if path else root / rel
         if not resolved.exists():
-            dead.append(f"{rel}: {target} (no {resolved.relative_to(root) if resolved.is_relative_to(root) else resolved})")
+            dead.append(f"{rel}: {target} (no "
+                        f"{resolved.relative_to(root) if resolved.is_relative_to(root) else resolved})")
         elif anchor and resolved.is_file() and anchor not in anchors(resolved.read_text(encoding="utf-8")):
             dead.append(f"{rel}: {target} (no heading #{anchor})")
     return dead

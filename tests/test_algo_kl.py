@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from slime_ref.algo.kl import compute_approx_kl
 
 # log p - log q = [0.5, 0.0, -1.0]

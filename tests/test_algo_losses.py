@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+
 from algo_args import make_args
 from slime_ref.algo.losses import (
     StepMean,
@@ -90,6 +91,7 @@ def test_count_loss_tokens_counts_an_all_masked_sample_once():
 
 def test_sequence_mean_log_ratio_equals_a_per_sample_loop():
     rng = random.Random(2)
+    torch.manual_seed(2)
     lengths = [rng.randint(1, 7) for _ in range(9)]
     old = [torch.randn(n) for n in lengths]
     new = [torch.randn(n) for n in lengths]
@@ -197,6 +199,7 @@ def test_step_zero_has_exactly_zero_ppo_kl_and_clipfrac(estimator):
 
 
 def _random_batch(rng, num_samples):
+    torch.manual_seed(rng.randrange(2**31))  # the tensors follow rng's seed, not the tests run before
     lengths = [rng.randint(1, 12) for _ in range(num_samples)]
     masks = []
     for n in lengths:
@@ -222,7 +225,7 @@ def _sub_batch(batch, indices):
 @pytest.mark.parametrize("per_token", [False, True])
 @pytest.mark.parametrize("estimator", ["grpo", "gspo", "cispo"])
 def test_loss_and_gradients_do_not_depend_on_the_micro_batch_split(per_token, estimator):
-    rng = random.Random(hash((per_token, estimator)) % 1000)
+    rng = random.Random(f"{estimator}/{per_token}")  # a str seed is the same in every process
     argv = ["--advantage-estimator", estimator, "--use-kl-loss", "--kl-loss-coef", "0.05", "--kl-loss-type",
             "low_var_kl", "--entropy-coef", "0.01", "--use-tis", "--eps-clip-high", "0.28", "--eps-clip-c", "3"]
     if per_token:
@@ -257,7 +260,7 @@ def test_loss_and_gradients_do_not_depend_on_the_micro_batch_split(per_token, es
 @pytest.mark.parametrize("per_token", [False, True])
 def test_value_and_sft_losses_do_not_depend_on_the_micro_batch_split(per_token):
     rng = random.Random(5)
-    args = make_args("--advantage-estimator", "ppo", calculate_per_token_loss=per_token)
+    args = make_args(advantage_estimator="ppo", calculate_per_token_loss=per_token)
     batch = _random_batch(rng, 6)
     critic = dict(values=batch["log_probs"], old_values=batch["old_log_probs"], returns=batch["ref_log_probs"],
                   loss_masks=batch["loss_masks"])
@@ -273,7 +276,7 @@ def test_value_and_sft_losses_do_not_depend_on_the_micro_batch_split(per_token):
 def test_value_loss_by_hand():
     # v - v_old = [0.5, 0] -> clipped values [0.7, 2.0]; (clipped - G)^2 = [0.64, 1.0]; (v - G)^2 = [0.25, 1.0]
     # max = [0.64, 1.0]; per token over 2 tokens -> 0.82; clipfrac [1, 0] -> 0.5
-    args = make_args("--advantage-estimator", "ppo", "--calculate-per-token-loss")
+    args = make_args("--calculate-per-token-loss", advantage_estimator="ppo")
     loss, metrics = value_loss_function(
         args, values=[_t(1.0, 2.0)], old_values=[_t(0.5, 2.0)], returns=[_t(1.5, 1.0)], loss_masks=[_t(1, 1)],
         num_samples=1, num_tokens=2,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+
 from slime_ref.arguments import add_algo_arguments, build_parser, parse_args
 from slime_ref.errors import UserError
 
@@ -69,6 +70,7 @@ RULES = [
     (["--tis-clip-low", "3"], "--tis-clip-low 3.0 must be <= --tis-clip 2.0"),
     (["--advantage-estimator", "reinforce_plus_plus"], "reinforce_plus_plus needs --normalize-advantages"),
     (["--advantage-estimator", "reinforce_plus_plus_baseline"], "--normalize-advantages"),
+    (["--advantage-estimator", "ppo"], "--advantage-estimator ppo: slime-ref has no critic model yet"),
     (["--use-dynamic-batch-size"], "--use-dynamic-batch-size needs --max-tokens-per-gpu"),
     (["--rollout-max-context-len", "100", "--rollout-max-prompt-len", "100"],
      "--rollout-max-prompt-len 100 must be < --rollout-max-context-len 100"),

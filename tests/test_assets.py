@@ -6,8 +6,9 @@ import json
 
 import pytest
 import torch
-from slime_ref import assets as A
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from slime_ref import assets as A
 
 
 def _rows(path):
@@ -28,7 +29,9 @@ def test_model_loads_and_generates(tiny):
     model = AutoModelForCausalLM.from_pretrained(tiny.model_dir, dtype=torch.float32)
     assert type(model).__name__ == "Qwen3ForCausalLM"
     assert sum(p.numel() for p in model.parameters()) == tiny.manifest["num_parameters"]
-    ids = tok.apply_chat_template([{"role": "user", "content": "3+5="}], add_generation_prompt=True, return_tensors="pt")
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "3+5="}], add_generation_prompt=True, return_tensors="pt"
+    )
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids
     torch.manual_seed(0)
     out = model.generate(ids, max_new_tokens=6, do_sample=True, attention_mask=torch.ones_like(ids))

@@ -7,13 +7,13 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from slime_ref.arguments import parse_args
 from slime_ref.data.source import (
     RolloutDataSource,
     RolloutDataSourceWithBuffer,
     make_data_source,
     resolve_num_rollout,
-    state_path,
 )
 from slime_ref.errors import UserError
 from slime_ref.types import Sample
@@ -85,10 +85,10 @@ def test_a_resumed_source_serves_exactly_the_prompts_of_one_that_never_stopped(t
     aborted = running.get_samples(1)
     aborted[0][0].response, aborted[0][0].status = "half an ans", Sample.Status.ABORTED
     running.add_samples(aborted)  # a partial group waits in the buffer
-    running.save(rollout_id=1)
+    state = json.loads(json.dumps(running.state_dict()))  # what the checkpoint carries, as JSON
 
     resumed = RolloutDataSourceWithBuffer(_args(prompts, *flags))
-    resumed.load(rollout_id=1)
+    resumed.load_state_dict(state)
 
     def dump(groups):
         return [[(s.prompt, s.label, s.index, s.group_index, s.response, s.status) for s in g] for g in groups]
@@ -98,28 +98,19 @@ def test_a_resumed_source_serves_exactly_the_prompts_of_one_that_never_stopped(t
     assert resumed.epoch_id == running.epoch_id
 
 
-def test_state_is_written_as_json_under_save(tmp_path, prompts):
-    source = RolloutDataSourceWithBuffer(_args(prompts, "--save", str(tmp_path / "ckpt")))
+def test_state_is_the_position(prompts):
+    source = RolloutDataSourceWithBuffer(_args(prompts))
     source.get_samples(3)
-    source.save(rollout_id=4)
-    state = json.loads((tmp_path / "ckpt" / "rollout" / "global_dataset_state_dict_4.json").read_text())
+    state = source.state_dict()
     assert state["sample_offset"] == 3 and state["sample_index"] == 6 and state["num_prompts"] == 7
-    assert not list((tmp_path / "ckpt" / "rollout").glob(".*"))  # no temporary file left behind
-
-
-def test_load_without_a_saved_state_starts_from_the_beginning(tmp_path, prompts):
-    source = RolloutDataSource(_args(prompts, "--load", str(tmp_path / "nothing")))
-    source.load(rollout_id=3)
-    assert _labels(source.get_samples(1)) == ["0"]
 
 
 def test_resuming_with_a_different_prompt_file_is_refused(tmp_path, prompts):
-    saved = RolloutDataSource(_args(prompts, "--save", str(tmp_path)))
-    saved.save(rollout_id=0)
+    state = RolloutDataSource(_args(prompts)).state_dict()
     fewer = _write_jsonl(tmp_path / "fewer.jsonl", ROWS[:5])
-    resumed = RolloutDataSource(_args(fewer, "--load", str(tmp_path)))
+    resumed = RolloutDataSource(_args(fewer))
     with pytest.raises(UserError, match="--prompt-data .*5 prompts now.*7"):
-        resumed.load_state_dict(json.loads(open(state_path(str(tmp_path), 0)).read()))
+        resumed.load_state_dict(state)
 
 
 def test_buffer_is_drained_first_and_checks_group_size(prompts):
@@ -169,7 +160,14 @@ def test_row_slice(prompts):
 def test_num_epoch_sets_num_rollout(prompts):
     args = parse_args(["--prompt-data", str(prompts), "--input-key", "question", "--rollout-batch-size", "3",
                        "--global-batch-size", "3", "--num-epoch", "2"])
-    assert resolve_num_rollout(args, RolloutDataSource(args)) == 2 * (7 // 3)
+    assert resolve_num_rollout(args, len(RolloutDataSource(args))) == 7 // 3
+    assert args.num_rollout == 2 * (7 // 3)
+    with pytest.raises(UserError, match="--num-epoch: 2 prompts are fewer than --rollout-batch-size 3"):
+        resolve_num_rollout(parse_args(["--prompt-data", str(prompts), "--rollout-batch-size", "3",
+                                        "--global-batch-size", "3", "--num-epoch", "1"]), 2)
+    given = parse_args(["--prompt-data", str(prompts), "--rollout-batch-size", "3", "--global-batch-size", "3",
+                        "--num-rollout", "5"])
+    assert resolve_num_rollout(given, 2) is None and given.num_rollout == 5
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,12 @@ import time
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
 from _engines import InProcessEngine
 from _reference import hf_logprobs
 from slime_ref.engine.model_runner import ModelRunner
 from slime_ref.rollout.sglang_client import EngineError, SGLangClient
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 PROMPT = [1, 9, 12, 30, 4, 7]
 
@@ -457,7 +458,7 @@ def test_unsupported_architecture_is_named(tmp_path):
 
 def test_flattened_bucket_round_trips_mixed_dtypes_exactly():
     from slime_ref.engine.weights import deserialize_flattened_bucket
-    from slime_ref.rollout.weight_transfer import serialize_flattened_bucket
+    from slime_ref.weights.transfer import serialize_flattened_bucket
 
     named = [("a", torch.randn(3, 4)), ("b", torch.randn(6).to(torch.bfloat16)), ("c", torch.tensor([7, -2])),
              ("d", torch.randn(2, 2, dtype=torch.float64))]
@@ -475,7 +476,7 @@ def test_flattened_bucket_from_slime_uses_sglang_metadata_class(monkeypatch):
     import types
 
     from slime_ref.engine.weights import deserialize_flattened_bucket
-    from slime_ref.rollout.weight_transfer import _share_and_encode
+    from slime_ref.weights.transfer import _share_and_encode
 
     @dataclasses.dataclass
     class FlattenedTensorMetadata:
@@ -488,7 +489,7 @@ def test_flattened_bucket_from_slime_uses_sglang_metadata_class(monkeypatch):
 
     path = "sglang.srt.weight_sync.tensor_bucket"
     FlattenedTensorMetadata.__module__, FlattenedTensorMetadata.__qualname__ = path, "FlattenedTensorMetadata"
-    for i, part in enumerate(path.split(".")):
+    for i in range(len(path.split("."))):
         module = types.ModuleType(".".join(path.split(".")[: i + 1]))
         monkeypatch.setitem(sys.modules, module.__name__, module)
     sys.modules[path].FlattenedTensorMetadata = FlattenedTensorMetadata
@@ -506,7 +507,7 @@ def test_flattened_bucket_with_wrong_offsets_is_refused(start, end, message):
     from types import SimpleNamespace
 
     from slime_ref.engine.weights import deserialize_flattened_bucket
-    from slime_ref.rollout.weight_transfer import _share_and_encode
+    from slime_ref.weights.transfer import _share_and_encode
 
     flat = torch.zeros(24, dtype=torch.uint8)
     meta = SimpleNamespace(name="w", shape=torch.Size([2, 3]), dtype=torch.float32, start_idx=start, end_idx=end,
@@ -519,7 +520,7 @@ def test_flattened_bucket_with_an_unaligned_tensor_still_decodes():
     from types import SimpleNamespace
 
     from slime_ref.engine.weights import deserialize_flattened_bucket
-    from slime_ref.rollout.weight_transfer import _share_and_encode
+    from slime_ref.weights.transfer import _share_and_encode
 
     weight = torch.randn(2, 3)
     flat = torch.cat([torch.zeros(2, dtype=torch.uint8), weight.reshape(-1).view(torch.uint8)])

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from slime_ref.utils.fileio import atomic_directory, atomic_write_json, atomic_write_text
 
 

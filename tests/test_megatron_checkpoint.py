@@ -99,9 +99,23 @@ def test_convert_round_trip_is_lossless_and_loads_under_tp2(tiny, tmp_path):
     assert (back / "tokenizer.json").read_bytes() == (tiny.model_dir / "tokenizer.json").read_bytes()
 
     # saved from one process, loaded resharded over two tensor-parallel ranks
-    result = run_workers(load_and_score_worker, 2, model_dir=str(tiny.model_dir),
-                         argv=["--tensor-model-parallel-size", "2", "--load", str(torch_dist), "--global-batch-size", "2",
-                               "--attention-dropout", "0", "--hidden-dropout", "0"])[0]
+    result = run_workers(
+        load_and_score_worker,
+        2,
+        model_dir=str(tiny.model_dir),
+        argv=[
+            "--tensor-model-parallel-size",
+            "2",
+            "--load",
+            str(torch_dist),
+            "--global-batch-size",
+            "2",
+            "--attention-dropout",
+            "0",
+            "--hidden-dropout",
+            "0",
+        ],
+    )[0]
     assert result["start"] == 0 and result["logits_max_diff"] < 1e-5
 
 

@@ -60,7 +60,9 @@ def test_compiled_kernels_match_their_eager_forms():
     torch.manual_seed(0)
     x = torch.randn(300, 16, 128, device="cuda")
     w = torch.randn(128, device="cuda")
-    torch.testing.assert_close(layers.rms_norm(x, w, 1e-6), layers.rms_norm.__wrapped__(x, w, 1e-6), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        layers.rms_norm(x, w, 1e-6), layers.rms_norm.__wrapped__(x, w, 1e-6), atol=1e-5, rtol=1e-5
+    )
     cos, sin = torch.randn(300, 1, 128, device="cuda"), torch.randn(300, 1, 128, device="cuda")
     k, wk = torch.randn(300, 4, 128, device="cuda"), torch.randn(128, device="cuda")
     for weights in [(w, wk), (None, None)]:

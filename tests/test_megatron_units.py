@@ -103,7 +103,9 @@ def test_padded_attention_equals_one_call_per_sequence(scale):
     looped = attention_per_sequence(q, k, v, packed.cu_seqlens_cpu, 0.0, scale)
     torch.testing.assert_close(padded, looped, rtol=0, atol=1e-12)
     w = torch.randn_like(padded)
-    for a, b in zip(torch.autograd.grad((padded * w).sum(), (q, k, v)), torch.autograd.grad((looped * w).sum(), (q, k, v))):
+    for a, b in zip(
+        torch.autograd.grad((padded * w).sum(), (q, k, v)), torch.autograd.grad((looped * w).sum(), (q, k, v))
+    ):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
 
 

@@ -15,6 +15,7 @@ import sys
 import textwrap
 
 import pytest
+
 from slime_ref.utils.net import SGLANG_DERIVED_PORT_OFFSETS, PortAllocator, is_port_free
 
 

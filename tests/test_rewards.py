@@ -8,6 +8,7 @@ import re
 
 import pytest
 from aiohttp import web
+
 from algo_args import make_args
 from slime_ref.errors import UserError
 from slime_ref.rollout.filters import (

@@ -4,6 +4,7 @@ sends (one batched /generate per group of fresh samples), and what comes back pe
 from __future__ import annotations
 
 import pytest
+
 from slime_ref.arguments import parse_args
 from slime_ref.data.source import load_tokenizer, make_data_source
 from slime_ref.rollout import sglang_rollout
@@ -19,12 +20,36 @@ def servers(tiny, tmp_path_factory):
 
 
 def rollout_args(tiny, servers, tmp_path, *extra):
-    args = parse_args([
-        "--hf-checkpoint", str(tiny.model_dir), "--prompt-data", str(tiny.train_path), "--input-key", "prompt",
-        "--label-key", "label", "--apply-chat-template", "--rm-type", "math", "--num-rollout", "1", "--rollout-batch-size", "3",
-        "--n-samples-per-prompt", "4", "--global-batch-size", "12", "--rollout-max-response-len", "6",
-        "--actor-num-gpus-per-node", "1", "--output-dir", str(tmp_path), *extra,
-    ])
+    args = parse_args(
+        [
+            "--hf-checkpoint",
+            str(tiny.model_dir),
+            "--prompt-data",
+            str(tiny.train_path),
+            "--input-key",
+            "prompt",
+            "--label-key",
+            "label",
+            "--apply-chat-template",
+            "--rm-type",
+            "math",
+            "--num-rollout",
+            "1",
+            "--rollout-batch-size",
+            "3",
+            "--n-samples-per-prompt",
+            "4",
+            "--global-batch-size",
+            "12",
+            "--rollout-max-response-len",
+            "6",
+            "--actor-num-gpus-per-node",
+            "1",
+            "--output-dir",
+            str(tmp_path),
+            *extra,
+        ]
+    )
     host, port = servers.router_url.removeprefix("http://").rsplit(":", 1)
     args.sglang_router_ip, args.sglang_router_port = host, int(port)
     args.rollout_engine_urls = list(servers.engine_urls)

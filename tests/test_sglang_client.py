@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 from aiohttp import web
-from slime_ref.utils.net import allocate_port
+
 from slime_ref.rollout.sglang_client import EngineError, SGLangClient, parse_generate_response
+from slime_ref.utils.net import allocate_port
 
 
 async def serve(handler, path="/{tail:.*}"):

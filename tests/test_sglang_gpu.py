@@ -21,18 +21,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from _engines import wait_in_flight
 from _reference import hf_logprobs, perturbed_model
 from _sglang_source import SGLANG_META_INFO_KEYS
-from slime_ref.rollout import weight_transfer
 from slime_ref.rollout.servers import (
     SGLANG_CUDA_GRAPH_FLAGS,
     SGLANG_OFFLINE_GPU_FLAGS,
     RolloutServers,
 )
-from slime_ref.utils.net import allocate_port
 from slime_ref.rollout.sglang_client import SGLangClient
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from slime_ref.utils.net import allocate_port
+from slime_ref.weights import transfer as weight_transfer
 
 LONG = {"temperature": 1.0, "max_new_tokens": 400, "ignore_eos": True}
 

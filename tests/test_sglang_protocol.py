@@ -11,6 +11,7 @@ import asyncio
 import inspect
 
 import pytest
+
 from _engines import InProcessEngine
 from _sglang_source import SGLANG_META_INFO_KEYS, SGLANG_VERSION, fetch_wheel, parse_wheel
 from slime_ref.engine.sampling import SamplingParams

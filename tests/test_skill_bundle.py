@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 import yaml
-from skill_docs import REPO, TOOL_FLAGS, all_uses, bundle_files, dead_links
 
+from skill_docs import REPO, TOOL_FLAGS, all_uses, bundle_files, dead_links
 from slime_check.skill_install import SKILL_NAME
 
 # Commands the skill shows that other parts of the product bring (issues 6 and 7). Until they are on
@@ -45,7 +45,9 @@ def test_frontmatter_follows_hermes_conventions():
     assert meta["name"] == SKILL_NAME and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", meta["name"])
     # version and author live under metadata: top-level keys beyond the agentskills.io six are
     # refused by skills-ref (test_skill_portable.py runs both validators)
-    assert re.fullmatch(r"\d+\.\d+\.\d+", meta["metadata"]["version"]) and meta["metadata"]["author"] and meta["license"]
+    assert (
+        re.fullmatch(r"\d+\.\d+\.\d+", meta["metadata"]["version"]) and meta["metadata"]["author"] and meta["license"]
+    )
     hermes = meta["metadata"]["hermes"]
     assert "slime" in hermes["tags"] and "GRPO" in hermes["tags"]
     assert hermes["related_skills"] == ["trl-fine-tuning", "weights-and-biases"]
@@ -63,7 +65,7 @@ def test_frontmatter_and_body_sizes():
     assert len(body) < 15_000, f"SKILL.md body is {len(body)} characters; move depth into skill/references/"
 
 
-def test_body_has_every_section_the_issue_asks_for():
+def test_body_has_every_section_a_slime_skill_needs():
     _, body = frontmatter_and_body()
     headings = [h.lower() for h in re.findall(r"^## (.+)$", body, re.M)]
     for needed in (
@@ -74,7 +76,14 @@ def test_body_has_every_section_the_issue_asks_for():
         assert any(needed in h for h in headings), f"no section for {needed!r} in {headings}"
     assert "pkill -9 python" in body and "Never kill processes by name" in body
     assert "Never start a long run before the checks pass" in body
-    for topic in ("OOM", "update_weights", "SLIME_HOST_IP", "503", "latest_checkpointed_iteration.txt", "import errors"):
+    for topic in (
+        "OOM",
+        "update_weights",
+        "SLIME_HOST_IP",
+        "503",
+        "latest_checkpointed_iteration.txt",
+        "import errors",
+    ):
         assert topic in body, topic
 
 
@@ -96,7 +105,10 @@ def test_workflows_use_the_real_v031_entry_points_and_signatures():
         assert text in body, text
 
 
-HOOK_VALUE = re.compile(r"(--(?:custom-(?!config-)[a-z-]+|[a-z-]+-function|data-source|[a-z-]+-filter|rollout-data-postprocess|rollout-all-samples-process|rollout-sample-hook)-path)[ =]+([^\s`|]+)")
+HOOK_VALUE = re.compile(
+    r"(--(?:custom-(?!config-)[a-z-]+|[a-z-]+-function|data-source|[a-z-]+-filter|rollout-data-postprocess"
+    r"|rollout-all-samples-process|rollout-sample-hook)-path)[ =]+([^\s`|]+)"
+)
 
 
 def test_hook_paths_shown_are_dotted_import_paths():
@@ -121,7 +133,7 @@ def test_no_dead_relative_link_in_the_repository(rel):
 
 @functools.cache
 def slime_flags() -> frozenset[str]:
-    from slime_check.registry import load_registry
+    from slime_common.registry import load_registry
 
     return frozenset(load_registry().names())
 
@@ -135,7 +147,11 @@ def test_every_slime_flag_shown_exists_in_slime_v031():
 def test_every_flag_in_prose_is_known():
     known = slime_flags() | set().union(*TOOL_FLAGS.values()) | our_program_flags()
     unknown = sorted(
-        {(u.flag, u.where) for u in FLAG_USES if u.context == "any" and u.flag not in known and u.flag not in STALE_FLAGS}
+        {
+            (u.flag, u.where)
+            for u in FLAG_USES
+            if u.context == "any" and u.flag not in known and u.flag not in STALE_FLAGS
+        }
     )
     assert unknown == []
 
@@ -244,7 +260,12 @@ def test_launch_scripts_pass_slime_check_config(script, tiny, tmp_path):
     (tmp_path / "slime-tiny").symlink_to(tiny.model_dir.parent, target_is_directory=True)
     env = {key: value for key, value in os.environ.items() if key not in ("TINY", "OUT")}
     result = subprocess.run(
-        ["slime-check", "config", str(REPO / script)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+        ["slime-check", "config", str(REPO / script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -270,7 +291,7 @@ SGLANG_SKIPPED = {
 
 
 def test_sglang_arguments_slime_skips_are_listed_and_absent_from_the_registry():
-    from slime_check.registry import load_registry
+    from slime_common.registry import load_registry
 
     assert len(SGLANG_SKIPPED) == 15
     sglang_dests = {flag.dest for flag in load_registry().flags if flag.source.startswith("sglang")}
@@ -338,8 +359,10 @@ def test_long_run_numbers_match_the_template_and_slimes_save_schedule():
     guide = " ".join((REPO / "skill/references/long-runs.md").read_text(encoding="utf-8").split())
     _, body = frontmatter_and_body()
     body = " ".join(body.split())
-    for needed in ("| checkpoints | every 20 rollouts and at the last one: 150 |", "**only the newest checkpoint stays**",
-                   "`--save-retain-interval N`", "`--no-save-optim`", "NUM_GPUS=1 NUM_ROLLOUT=3", "NUM_ROLLOUT=3 SAVE_DIR"):
+    for needed in ("| checkpoints | every 20 rollouts and at the last one: 150 |", "**only the newest checkpoint "
+                                                                                   "stays**",
+                   "`--save-retain-interval N`", "`--no-save-optim`", "NUM_GPUS=1 NUM_ROLLOUT=3", "NUM_ROLLOUT=3 "
+                                                                                                  "SAVE_DIR"):
         assert needed in guide, needed
     for needed in ("150 checkpoints of about 55 GB", "`--save-retain-interval 20` keeps only the newest",
                    "`NUM_GPUS=1 NUM_ROLLOUT=3`", "[long-runs.md](skill/references/long-runs.md)"):

@@ -11,6 +11,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+
 from skill_docs import REPO
 
 LOG_SUMMARY = REPO / "skill" / "scripts" / "slime_log_summary.py"
@@ -97,7 +98,9 @@ def test_feedback_tokens_are_masked_and_the_budget_covers_them(arith_task):
     ("first_finish", "budget", "max_feedback_turns"),
     [("length", 10, 1), ("abort", 10, 1), ("stop", 4, 1), ("stop", 10, 0)],
 )
-def test_no_feedback_after_a_cut_an_abort_no_budget_or_no_turns_left(arith_task, first_finish, budget, max_feedback_turns):
+def test_no_feedback_after_a_cut_an_abort_no_budget_or_no_turns_left(
+    arith_task, first_finish, budget, max_feedback_turns
+):
     mt = arith_task.multi_turn
     calls = []
     turn = mt.Turn(tokens=[5], log_probs=[-0.5], text="8", finish=first_finish)
@@ -144,13 +147,15 @@ rollout 1: {'rollout/raw_reward': 0.5}
 perf 1: {'rollout/response_len/mean': 120.0, 'rollout/truncated_ratio': 0.1}
 step 2: {'train/pg_loss': 0.0, 'train/ppo_kl': 0.0, 'train/grad_norm': 0.2}
 unrelated line
-"""
+"""  # noqa: E501 (slime's log lines as they are)
 
 
 def summarise(tmp_path, text, *extra):
     log = tmp_path / "job.log"
     log.write_text(text)
-    return subprocess.run([sys.executable, str(LOG_SUMMARY), str(log), *extra], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(LOG_SUMMARY), str(log), *extra], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_log_summary_of_a_healthy_run(tmp_path):
@@ -160,7 +165,9 @@ def test_log_summary_of_a_healthy_run(tmp_path):
     assert report["warnings"] == []
     assert report["rollouts"]["0"]["rollout/raw_reward"] == 0.25
     # a rollout's first step keeps its own ppo_kl; later steps of the same rollout do not overwrite it
-    assert report["rollouts"]["0"]["train/ppo_kl@first_step"] == 0.0 and report["rollouts"]["0"]["train/ppo_kl"] == 0.003
+    assert (
+        report["rollouts"]["0"]["train/ppo_kl@first_step"] == 0.0 and report["rollouts"]["0"]["train/ppo_kl"] == 0.003
+    )
     assert report["rollouts"]["1"]["train/grad_norm"] == 0.2
     table = summarise(tmp_path, HEALTHY).stdout.splitlines()
     assert table[0].split()[:3] == ["rollout", "reward", "resp_len"] and table[1].split()[:2] == ["0", "0.25"]
@@ -185,7 +192,9 @@ def test_log_summary_flat_reward_and_empty_and_missing_logs(tmp_path):
     flat = "".join(f"rollout {i}: {{'rollout/raw_reward': 0.0}}\n" for i in range(6))
     assert "stayed at 0" in summarise(tmp_path, flat).stdout
     assert "no slime metric lines" in summarise(tmp_path, "hello\n").stdout
-    missing = subprocess.run([sys.executable, str(LOG_SUMMARY), str(tmp_path / "nope.log")], capture_output=True, text=True)
+    missing = subprocess.run(
+        [sys.executable, str(LOG_SUMMARY), str(tmp_path / "nope.log")], capture_output=True, text=True
+    )
     assert missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from skill_docs import FENCE, INLINE_CODE, REPO
 
 SLIME_REF = REPO / "reference_impl" / "slime_ref"
@@ -96,11 +97,17 @@ def _site(call: ast.Call, path: Path, skip: int = 0) -> Site:
 
 
 def _function_defs(trees) -> dict[tuple[Path, str], ast.FunctionDef]:
-    return {(p, n.name): n for p, t in trees.items() for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return {
+        (p, n.name): n
+        for p, t in trees.items()
+        for n in ast.walk(t)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
 
 
-def _through_wrapper(outer: ast.Call, path: Path, defs) -> list[Site]:
-    """`wrapper(hook, x, y)`: the call of the hook inside the wrapper's body (this module's, else any)."""
+def _through_wrapper(outer: ast.Call, path: Path, defs, depth: int = 0) -> list[Site]:
+    """`wrapper(hook, x, y)`: the call of the hook inside the wrapper's body (this module's, else any),
+    also through a wrapper that hands the hook and its ``*args`` on to another wrapper."""
     name = ast.unparse(outer.func).rsplit(".", 1)[-1]
     candidates = [key for key in defs if key[1] == name]
     candidates.sort(key=lambda key: key[0] != path)
@@ -108,13 +115,22 @@ def _through_wrapper(outer: ast.Call, path: Path, defs) -> list[Site]:
         return []
     wpath, wdef = candidates[0][0], defs[candidates[0]]
     hook_param = wdef.args.args[0].arg
+    named = len(wdef.args.posonlyargs + wdef.args.args)  # the outer call's arguments before the wrapper's *args
     sites = []
     for node in ast.walk(wdef):
-        if isinstance(node, ast.Call) and ast.unparse(node.func) == hook_param:
-            if any(isinstance(a, ast.Starred) for a in node.args):  # hook(*args, **kwargs): the outer call's
-                sites.append(_site(outer, path, skip=1))
+        if not isinstance(node, ast.Call):
+            continue
+        starred = any(isinstance(a, ast.Starred) for a in node.args)
+        if ast.unparse(node.func) == hook_param:
+            if starred:  # hook(*args, **kwargs): the outer call's arguments after the wrapper's own
+                sites.append(_site(outer, path, skip=named))
             else:
                 sites.append(_site(node, wpath))
+        elif starred and depth < 3 and node.args and ast.unparse(node.args[0]) == hook_param:
+            # inner(hook, *args, **kwargs): follow it with the outer call's trailing arguments
+            inner = ast.Call(func=node.func, args=[outer.args[0], *outer.args[named:]], keywords=outer.keywords)
+            inner.lineno = outer.lineno
+            sites += _through_wrapper(inner, path, defs, depth + 1)
     return sites
 
 
@@ -130,14 +146,19 @@ def call_sites() -> dict[str, list[Site]]:
                     and str(load.args[1].value).startswith("--")):
                 continue
             flag = load.args[1].value
-            parent = load.parent
+            child, parent = load, load.parent
             while isinstance(parent, ast.IfExp):
+                child, parent = parent, parent.parent
+            position = None
+            if isinstance(parent, ast.Tuple):  # hook, name = load_function(...), ...
+                position = parent.elts.index(child)
                 parent = parent.parent
             found = []
             if isinstance(parent, ast.Call):  # wrapper(load_function(...), x, y)
                 found += _through_wrapper(parent, path, defs)
             elif isinstance(parent, ast.Assign):
-                target = ast.unparse(parent.targets[0])
+                target = parent.targets[0]
+                target = ast.unparse(target.elts[position] if position is not None else target)
                 scope = tree if target.startswith("self.") else parent
                 while not isinstance(scope, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
                     scope = scope.parent
@@ -195,7 +216,9 @@ def test_documented_signature_matches_every_call_site(flag):
     assert sigs, f"custom-hooks.md gives no signature for {flag}"
     for site in SITES[flag]:  # every call passes a number and order of arguments some documented form takes
         problems = [accepts(sig, site, keywords=False) for sig in sigs]
-        assert any(p == [] for p in problems), f"{flag} is called at {site.where} as f({', '.join(site.positional)}): {problems}"
+        assert any(p == [] for p in problems), (
+            f"{flag} is called at {site.where} as f({', '.join(site.positional)}): {problems}"
+        )
     for sig in sigs:  # and every documented form is one the loop really calls, keywords included
         problems = [accepts(sig, site, keywords=True) for site in SITES[flag]]
         assert any(p == [] for p in problems), f"{flag}: `{ast.unparse(sig.args)}` matches no call site: {problems}"
@@ -362,7 +385,10 @@ def test_group_rm_scores_samples_whose_reward_generate_already_set(tiny, tmp_pat
     ((_, received),) = hooks.SEEN
     assert shape(received) == "list[Sample]"
     text = " ".join(HOOKS_MD.read_text(encoding="utf-8").split())
-    assert "If you set `sample.reward`, slime does not call the reward function for that sample, **unless `--group-rm` is on**" in text
+    assert (
+        "If you set `sample.reward`, slime does not call the reward function for that sample, "
+        "**unless `--group-rm` is on**" in text
+    )
 
     hooks.SEEN.clear()
     args = probe_args(tiny, tmp_path)  # without --group-rm a preset reward is kept

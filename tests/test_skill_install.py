@@ -1,4 +1,5 @@
-"""`slime-check skill install/uninstall`: the Hermes layout, rewritten links, the manifest, and removal of exactly what was installed."""
+"""`slime-check skill install/uninstall`: the Hermes layout, rewritten links, the manifest, and removal
+of exactly what was installed."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from skill_docs import REPO, bundle_files, dead_links, markdown_links
 
+from skill_docs import REPO, bundle_files, dead_links, markdown_links
 from slime_check.skill_install import MANIFEST_NAME, SKILL_NAME, installed_path
 
 
@@ -67,7 +68,9 @@ def test_links_resolve_in_the_installed_copy_to_the_same_files(installed, rel):
         old_path, _, old_anchor = old.partition("#")
         new_path, _, new_anchor = new.partition("#")
         repo_target = posixpath.normpath(posixpath.join(posixpath.dirname(rel), old_path))
-        assert posixpath.normpath(posixpath.join(posixpath.dirname(target_rel), new_path)) == installed_path(repo_target)
+        assert posixpath.normpath(posixpath.join(posixpath.dirname(target_rel), new_path)) == installed_path(
+            repo_target
+        )
         assert new_anchor == old_anchor
 
 
@@ -143,7 +146,9 @@ def test_install_refuses_a_folder_it_did_not_create(tmp_path):
 def test_one_copy_only_across_categories(installed, tmp_path):
     result = run("slime-check", "skill", "install", "--hermes-home", str(tmp_path / "hermes"), "--category", "training")
     assert result.returncode == 2 and "already installed" in result.stderr
-    missing = run("slime-check", "skill", "uninstall", "--hermes-home", str(tmp_path / "hermes"), "--category", "training")
+    missing = run(
+        "slime-check", "skill", "uninstall", "--hermes-home", str(tmp_path / "hermes"), "--category", "training"
+    )
     assert missing.returncode == 2 and "category mlops" in missing.stderr
 
 
@@ -168,12 +173,17 @@ def test_a_wheel_install_ships_and_installs_the_same_bundle(installed, tmp_path)
     built = run(*build)
     assert built.returncode == 0, built.stderr
     wheel = next(wheels.glob("slime_skill-*.whl"))
-    assert run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)).returncode == 0
+    assert (
+        run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)).returncode
+        == 0
+    )
     env = {**os.environ, "PYTHONPATH": str(target)}
     where = run(sys.executable, "-c", "import slime_check; print(slime_check.__file__)", env=env, cwd=tmp_path)
     assert where.stdout.startswith(str(target)), where.stdout + where.stderr
     home = tmp_path / "hermes-from-wheel"
-    result = run(sys.executable, "-m", "slime_check.cli", "skill", "install", "--hermes-home", str(home), env=env, cwd=tmp_path)
+    result = run(
+        sys.executable, "-m", "slime_check.cli", "skill", "install", "--hermes-home", str(home), env=env, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     from_wheel = json.loads((home / "skills" / "mlops" / SKILL_NAME / MANIFEST_NAME).read_text())["files"]
     from_repo = json.loads((installed / MANIFEST_NAME).read_text())["files"]

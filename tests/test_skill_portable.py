@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from skill_docs import REPO
 
+from _ci import skip_or_fail_in_ci
+from skill_docs import REPO
 from slime_check.skill_install import SKILL_NAME
 
 pytestmark = pytest.mark.timeout(1200)  # the first test may build a validator's environment
@@ -53,7 +54,7 @@ def _venv_with(venv: Path, python: str, requirement: str, probe: str) -> Path:
     if install.returncode != 0 or _run([venv_python, "-c", probe], timeout=120).returncode != 0:
         shutil.rmtree(venv, ignore_errors=True)
         tail = (install.stderr or install.stdout).strip().splitlines()[-1:]
-        pytest.skip(f"could not install {requirement} into {venv.name}: {tail}")
+        skip_or_fail_in_ci(f"could not install {requirement} into {venv.name}: {tail}")
     return venv_python
 
 
@@ -75,7 +76,10 @@ def _python312() -> str | None:
     candidates += [sys.executable, shutil.which("python3.13"), shutil.which("python3.12")]
     candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")), reverse=True)
     for candidate in filter(None, candidates):
-        if _run([candidate, "-c", "import sys, venv; sys.exit(sys.version_info < (3, 12))"], timeout=60).returncode == 0:
+        if (
+            _run([candidate, "-c", "import sys, venv; sys.exit(sys.version_info < (3, 12))"], timeout=60).returncode
+            == 0
+        ):
             return candidate
     return None
 

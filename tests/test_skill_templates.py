@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+
 from skill_docs import REPO
 
 TEMPLATES = REPO / "skill" / "templates"

@@ -13,7 +13,9 @@ from slime_check.probes import SECTIONS, CaptureProbe, LiveProbe, parse_capture
 def test_capture_round_trip(tmp_path):
     out = tmp_path / "capture.txt"
     env = {**os.environ, "SLIME_CHECK_TEST_API_KEY": "hunter2", "NCCL_DEBUG": "INFO"}
-    r = subprocess.run(["slime-check", "capture", "--out", str(out)], capture_output=True, text=True, timeout=300, env=env)
+    r = subprocess.run(
+        ["slime-check", "capture", "--out", str(out)], capture_output=True, text=True, timeout=300, env=env
+    )
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     sections = parse_capture(text)
@@ -21,8 +23,9 @@ def test_capture_round_trip(tmp_path):
     assert "hunter2" not in text and "SLIME_CHECK_TEST_API_KEY=<redacted>" in text
     assert "NCCL_DEBUG=INFO" in sections["env (filtered)"].text
 
-    fixture = subprocess.run(["slime-check", "prereqs", "--fixture", str(out), "--json"], capture_output=True, text=True,
-                             timeout=120)
+    fixture = subprocess.run(
+        ["slime-check", "prereqs", "--fixture", str(out), "--json"], capture_output=True, text=True, timeout=120
+    )
     assert fixture.returncode in (0, 1) and "Traceback" not in fixture.stderr
     from_capture = {f["id"]: f for f in json.loads(fixture.stdout)["findings"]}
     live = {f.id: f for f in run_prereqs(LiveProbe())}

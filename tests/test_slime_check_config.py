@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from slime_check.config_lint import lint_argv, lint_script
 from slime_check.findings import Status
 from slime_check.launch_script import Origin, Word

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from slime_check.launch_script import ScriptError, arithmetic, read_script
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "slime_scripts"
@@ -190,8 +191,17 @@ def test_unparseable_scripts_raise(tmp_path):
         read_script(tmp_path / "absent.sh")
 
 
-@pytest.mark.parametrize("expr,value", [("1024 * 1024 * 2", 2097152), ("(3 + 4) % 5", 2), ("7 / 2", 3), ("2 ** 10", 1024),
-                                        ("x + 1", None), ("1 / 0", None)])
+@pytest.mark.parametrize(
+    "expr,value",
+    [
+        ("1024 * 1024 * 2", 2097152),
+        ("(3 + 4) % 5", 2),
+        ("7 / 2", 3),
+        ("2 ** 10", 1024),
+        ("x + 1", None),
+        ("1 / 0", None),
+    ],
+)
 def test_arithmetic(expr, value):
     assert arithmetic(expr) == value
 

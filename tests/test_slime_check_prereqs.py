@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from slime_check import facts
 from slime_check.findings import Status
 from slime_check.prereqs import CHECKS, Options, run_prereqs
@@ -37,7 +38,13 @@ def by_id(findings) -> dict:
 
 
 ALL_IDS = {check.__name__.replace("_", ".", 1) for group in CHECKS.values() for check in group}
-NVSMI_SECTIONS = ["nvidia-smi -q -x", "nvidia-smi query csv", "nvidia-smi topo -m", "nvidia-smi nvlink -s", "nvidia-smi"]
+NVSMI_SECTIONS = [
+    "nvidia-smi -q -x",
+    "nvidia-smi query csv",
+    "nvidia-smi topo -m",
+    "nvidia-smi nvlink -s",
+    "nvidia-smi",
+]
 
 
 def test_h200_capture_report():
@@ -126,7 +133,8 @@ def test_docker_default_64mib_shm(tmp_path):
         "22 27 0:21 / /proc rw,relatime - proc proc rw",
         "25 24 0:23 / /dev/shm rw,nosuid,nodev,noexec,relatime - tmpfs shm rw,size=65536k",
     ])
-    df = "Filesystem     1B-blocks  Used Available Use% Mounted on\nshm             67108864     0  67108864   0% /dev/shm"
+    df = ("Filesystem     1B-blocks  Used Available Use% Mounted on\n"
+          "shm             67108864     0  67108864   0% /dev/shm")
     probe = replaced(tmp_path, {"/proc/self/mountinfo": Output(0, mounts), "df -B1 /dev/shm": Output(0, df)})
     findings = by_id(run_prereqs(probe))
     assert findings["container.shm"].status is Status.FAIL and "64 MiB" in findings["container.shm"].finding
@@ -136,7 +144,9 @@ def test_docker_default_64mib_shm(tmp_path):
 
 def test_private_ipc_with_enough_shm_passes(tmp_path):
     mounts = "25 24 0:23 / /dev/shm rw,nosuid - tmpfs shm rw,size=16777216k"
-    findings = by_id(run_prereqs(replaced(tmp_path, {"/proc/self/mountinfo": Output(0, mounts), "df -B1 /dev/shm": None})))
+    findings = by_id(
+        run_prereqs(replaced(tmp_path, {"/proc/self/mountinfo": Output(0, mounts), "df -B1 /dev/shm": None}))
+    )
     assert findings["container.shm"].status is Status.PASS and "16.0 GiB" in findings["container.shm"].finding
     assert findings["container.ipc"].status is Status.PASS and "without --ipc=host" in findings["container.ipc"].finding
 
@@ -166,7 +176,9 @@ def test_driver_unreachable_fails(tmp_path):
 
 def test_mig_enabled_fails(tmp_path):
     sections = parse_capture(H200.read_text())
-    xml = sections["nvidia-smi -q -x"].text.replace("<current_mig>Disabled</current_mig>", "<current_mig>Enabled</current_mig>")
+    xml = sections["nvidia-smi -q -x"].text.replace(
+        "<current_mig>Disabled</current_mig>", "<current_mig>Enabled</current_mig>"
+    )
     findings = by_id(run_prereqs(replaced(tmp_path, {"nvidia-smi -q -x": Output(0, xml)})))
     assert findings["gpu.mig"].status is Status.FAIL and "GPU 0" in findings["gpu.mig"].finding
 
@@ -178,7 +190,9 @@ def test_cpu_torch_on_gpu_machine_fails(tmp_path):
 
 def test_torch_newer_cuda_major_than_driver_fails(tmp_path):
     sections = parse_capture(H200.read_text())
-    xml = sections["nvidia-smi -q -x"].text.replace("<cuda_version>13.0</cuda_version>", "<cuda_version>12.4</cuda_version>")
+    xml = sections["nvidia-smi -q -x"].text.replace(
+        "<cuda_version>13.0</cuda_version>", "<cuda_version>12.4</cuda_version>"
+    )
     findings = by_id(run_prereqs(replaced(tmp_path, {"nvidia-smi -q -x": Output(0, xml)})))
     assert findings["gpu.torch_cuda"].status is Status.FAIL
     assert findings["gpu.driver"].status is Status.WARN  # CUDA 12.4 < the 12.9 slime's image is built with
@@ -196,10 +210,13 @@ def test_known_bad_combinations(tmp_path):
 
 
 def test_leftover_processes_are_reported_not_touched(tmp_path):
-    ps = "    PID COMMAND\n   42 /usr/bin/python3 -m sglang.launch_server --port 15000\n   43 /usr/local/bin/raylet --x\n   44 bash"
+    ps = ("    PID COMMAND\n   42 /usr/bin/python3 -m sglang.launch_server --port 15000\n"
+          "   43 /usr/local/bin/raylet --x\n   44 bash")
     findings = by_id(run_prereqs(replaced(tmp_path, {"ps -eo pid,args": Output(0, ps)})))
     left = findings["system.leftover_processes"]
-    assert left.status is Status.WARN and "42" in left.finding and "43" in left.finding and "44 bash" not in left.finding
+    assert (
+        left.status is Status.WARN and "42" in left.finding and "43" in left.finding and "44 bash" not in left.finding
+    )
     assert "never stops them" in left.finding
 
 
@@ -313,7 +330,12 @@ def test_nvsmi_csv_and_table_parsers_agree_with_xml():
     table = facts.parse_nvsmi_table(sections["nvidia-smi"].text)
     assert xml.driver == csv.driver == table.driver == "580.159.04"
     assert xml.cuda == table.cuda == "13.0"
-    assert [g.memory_mib for g in xml.gpus] == [g.memory_mib for g in csv.gpus] == [g.memory_mib for g in table.gpus] == [143771]
+    assert (
+        [g.memory_mib for g in xml.gpus]
+        == [g.memory_mib for g in csv.gpus]
+        == [g.memory_mib for g in table.gpus]
+        == [143771]
+    )
     assert csv.gpus[0].cc == "9.0" and xml.gpus[0].arch == "Hopper"
     assert facts.cc_from_name("NVIDIA A100-SXM4-80GB") == "8.0" and facts.cc_from_name("Tesla V100") == "7.0"
 

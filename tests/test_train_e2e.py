@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -18,8 +18,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-pytestmark = pytest.mark.slow
 
 
 def grpo_flags(tiny, out: Path, *extra: str) -> list[str]:
@@ -46,6 +44,7 @@ def assert_ok(result: subprocess.CompletedProcess) -> None:
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr[-4000:]}"
 
 
+@pytest.mark.slow  # a real run: Ray, engines, router, Megatron
 def test_disaggregated_tp2_trainer_two_engines_distributed_sync(tiny, tmp_path):
     """TP=2 trainer and 2 engines behind the router, weights broadcast over a gloo group."""
     out = tmp_path / "run"
@@ -73,15 +72,19 @@ def test_disaggregated_tp2_trainer_two_engines_distributed_sync(tiny, tmp_path):
     assert {"engine-0.log", "engine-1.log", "router.log"} <= logs
 
 
+@pytest.mark.slow  # a real run: Ray, engines, router, Megatron
 def test_colocated_tensor_sync_and_disk_sync(tiny, tmp_path):
-    for extra, name in ((["--colocate"], "colocated"),
-                        (["--update-weight-transport", "disk", "--update-weight-disk-dir", str(tmp_path / "w")], "disk")):
+    for extra, name in (
+        (["--colocate"], "colocated"),
+        (["--update-weight-transport", "disk", "--update-weight-disk-dir", str(tmp_path / "w")], "disk"),
+    ):
         out = tmp_path / name
         assert_ok(run_train(grpo_flags(tiny, out, "--num-rollout", "2", "--actor-num-gpus-per-node", "1", *extra)))
         rollouts = [r for r in metrics(out) if "train/pg_loss" in r]
         assert len(rollouts) == 2 and all(r["perf/weight_check_max_abs_diff"] <= 1e-5 for r in rollouts)
 
 
+@pytest.mark.slow  # a real run: Ray, engines, router, Megatron
 def test_train_async_overlaps_and_refuses_colocate(tiny, tmp_path):
     out = tmp_path / "async"
     assert_ok(run_train(grpo_flags(tiny, out, "--num-rollout", "3", "--actor-num-gpus-per-node", "1",
@@ -105,6 +108,7 @@ def _prompts_trained(dump_dir: Path) -> dict[int, list[str]]:
     return trained
 
 
+@pytest.mark.slow  # a real run: Ray, engines, router, Megatron
 def test_sigkill_mid_run_then_resume_trains_on_the_same_prompts(tiny, tmp_path):
     """Kill the trainer's whole process group with SIGKILL mid-run, resume from --load: the prompts
     trained on, rollout by rollout, equal an uninterrupted run's."""
@@ -175,6 +179,7 @@ def test_help_lists_slime_flags():
         assert flag in result.stdout
 
 
+@pytest.mark.slow  # a real run: Ray, engines, router, Megatron
 def test_joins_a_separately_started_ray_head(tiny, tmp_path):
     """Multi-node goes through an existing cluster: `ray start --head`, then RAY_ADDRESS."""
     from slime_ref.utils.net import allocate_port

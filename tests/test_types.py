@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from slime_ref.types import Sample, status_from_finish_reason
 
 

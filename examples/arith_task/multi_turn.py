@@ -26,8 +26,8 @@ ChatML chat template (Qwen models and the embedded tiny model use one).
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 
 from arith_task.reward import last_boxed_answer
 

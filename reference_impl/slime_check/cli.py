@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import click
-from slime_ref.errors import run_cli
 
 from slime_check import __version__
 from slime_check.quickstart import quickstart
 from slime_check.skill_install import skill
+from slime_common.errors import run_cli
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -78,11 +78,9 @@ def capture(out) -> None:
     Only reads: every section is a query command or a file read. Check the result anywhere with
     `slime-check prereqs --fixture FILE`. Values of variables named like tokens or keys are redacted.
     """
-    from slime_ref.utils.fileio import atomic_write_text
-
     from slime_check.probes import LiveProbe, write_capture
-
-    from slime_ref.errors import UserError
+    from slime_common.errors import UserError
+    from slime_common.fileio import atomic_write_text
 
     progress = (lambda name: click.echo(f"capturing {name}", err=True)) if out else None
     text = write_capture(LiveProbe(), progress=progress)
@@ -97,7 +95,7 @@ def capture(out) -> None:
 
 
 def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
-    from slime_ref.errors import UserError
+    from slime_common.errors import UserError
 
     env = {}
     for item in values:
@@ -126,11 +124,10 @@ def config(slime_dir, env, as_json, script_or_args) -> None:
     slime's argument rules, GPU arithmetic, MODEL_ARGS against the HF config.json, hook paths and
     the data file's keys. Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
     """
-    from slime_ref.errors import UserError
-
     from slime_check.config_lint import Report, lint_argv, lint_script
     from slime_check.findings import counts, exit_code, render, to_json
     from slime_check.launch_script import Origin, ScriptError, Word
+    from slime_common.errors import UserError
 
     variables = _env_pairs(env)
     args = list(script_or_args)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from slime_check.findings import CUSTOMIZATION, FAQ, QUICK_START, USAGE, Finding, Status, slime_doc
 from slime_check.launch_script import Origin, Word
-from slime_check.registry import Flag, Registry, load_registry
+from slime_common.registry import Flag, Registry, load_registry
 
 ARGS_DOC = slime_doc(QUICK_START, "training-script-and-parameter-overview")
 MODEL_DOC = slime_doc(QUICK_START, "model_args-model-configuration-parameters")
@@ -33,18 +33,6 @@ HOOK_DOC = slime_doc(CUSTOMIZATION)
 DATA_DOC = slime_doc(USAGE)
 FAQ_DOC = slime_doc(FAQ)
 
-# Flags whose value slime loads with load_function: a dotted import path, module.attribute.
-HOOK_FLAGS = (
-    "--rollout-function-path", "--custom-generate-function-path", "--custom-rm-path", "--dynamic-sampling-filter-path",
-    "--buffer-filter-path", "--rollout-sample-filter-path", "--rollout-all-samples-process-path",
-    "--rollout-data-postprocess-path", "--custom-loss-function-path", "--custom-tis-function-path",
-    "--custom-pg-loss-reducer-function-path", "--custom-reward-post-process-path",
-    "--custom-convert-samples-to-train-data-path", "--custom-rollout-log-function-path",
-    "--custom-eval-rollout-log-function-path", "--data-source-path", "--eval-function-path",
-    "--custom-megatron-init-path", "--custom-megatron-before-log-prob-hook-path",
-    "--custom-megatron-before-train-step-hook-path", "--rollout-sample-hook-path", "--custom-advantage-function-path",
-    "--custom-model-provider-path", "--custom-update-weight-post-write-path",
-)
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 NEGATIVE_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?|-\.\d+")
 DATA_ROWS = 5
@@ -210,8 +198,10 @@ def check_flags(cfg: Config) -> list[Finding]:
         others = f" (or {', '.join(hints[1:])})" if len(hints) > 1 else ""
         hint = f" Did you mean {hints[0]}{others}?" if hints else ""
         findings.append(Finding("config.unknown_flag", Status.FAIL,
-                                f"{g.name} ({g.where}) is not a slime v0.3.1 flag: slime ignores it without a word.{hint}",
-                                f"Use {hints[0]}." if hints else "Remove it, or check the flag's spelling in slime's docs.",
+                                f"{g.name} ({g.where}) is not a slime v0.3.1 flag: slime ignores it without a "
+                                f"word.{hint}",
+                                f"Use {hints[0]}." if hints else "Remove it, or check the flag's spelling in slime's "
+                                                                 "docs.",
                                 ARGS_DOC))
     if not unknown:
         findings.append(Finding("config.unknown_flag", Status.PASS,
@@ -234,18 +224,30 @@ def check_flags(cfg: Config) -> list[Finding]:
         same = len(set(texts)) == 1
         where = ", ".join(g.where for g in occurrences)
         last = f"{occurrences[-1].name} {texts[-1]}".strip()
-        dropped = " The earlier value list is dropped entirely (pass all datasets to one flag)." if occurrences[-1].flag.nargs in ("+", "*") else ""
-        findings.append(Finding("config.duplicate_flag", Status.WARN,
-                                f"{occurrences[0].name} is given {len(occurrences)} times ({where})"
-                                + (" with the same value." if same else f"; argparse keeps the last: {last}.") + dropped,
-                                "Give it once.", ARGS_DOC))
+        dropped = (
+            " The earlier value list is dropped entirely (pass all datasets to one flag)."
+            if occurrences[-1].flag.nargs in ("+", "*")
+            else ""
+        )
+        findings.append(
+            Finding(
+                "config.duplicate_flag",
+                Status.WARN,
+                f"{occurrences[0].name} is given {len(occurrences)} times ({where})"
+                + (" with the same value." if same else f"; argparse keeps the last: {last}.")
+                + dropped,
+                "Give it once.",
+                ARGS_DOC,
+            )
+        )
     for word in cfg.parsed.stray:
         findings.append(Finding("config.value", Status.WARN,
                                 f"'{word.text}' ({word.origin}) follows no flag that takes a value: slime ignores it.",
                                 "Remove it, or give the flag it belongs to (a switch takes no value).", ARGS_DOC))
     for word in cfg.parsed.unresolved:
         findings.append(Finding("config.unresolved", Status.WARN,
-                                f"{word.text} ({word.origin}) cannot be expanded here; any flags it holds are not checked.",
+                                f"{word.text} ({word.origin}) cannot be expanded here; any flags it holds are not "
+                                f"checked.",
                                 "Pass the variable with --env NAME=VALUE to check it.", ARGS_DOC))
     for flag in cfg.reg.flags:
         if flag.required and not cfg.by_dest.get(flag.dest):
@@ -266,10 +268,24 @@ def check_value(g: Given) -> list[Finding]:
         if flag.type in ("int", "float"):
             converted = flag.convert(text)
             if isinstance(converted, str):
-                out.append(Finding("config.value", Status.FAIL, f"{g.name} ({g.where}) expects {flag.type}, got '{text}': "
-                                   "argparse stops slime at start-up.", f"Give {g.name} a number.", ARGS_DOC))
+                out.append(
+                    Finding(
+                        "config.value",
+                        Status.FAIL,
+                        f"{g.name} ({g.where}) expects {flag.type}, got '{text}': argparse stops slime at start-up.",
+                        f"Give {g.name} a number.",
+                        ARGS_DOC,
+                    )
+                )
                 continue
-        if flag.choices is not None and flag.type not in ("enum",) and flag.convert(text) not in flag.choices or flag.type == "enum" and flag.choices is not None and text not in flag.choices:
+        if (
+            flag.choices is not None
+            and flag.type not in ("enum",)
+            and flag.convert(text) not in flag.choices
+            or flag.type == "enum"
+            and flag.choices is not None
+            and text not in flag.choices
+        ):
             out.append(Finding("config.value", Status.FAIL, f"{g.name} ({g.where}) got '{text}', not one of "
                                f"{', '.join(map(str, flag.choices))}.", "Pick one of the choices.", ARGS_DOC))
     return out
@@ -298,17 +314,32 @@ def check_batch(cfg: Config) -> list[Finding]:
                             f"rollout_batch_size {rbs} x n_samples_per_prompt {n} // num_steps_per_rollout {steps} = "
                             f"{computed}: slime's argument check stops the run.", fix, BATCH_DOC)]
         if samples % steps:
-            return [Finding(id_, Status.WARN, f"{rbs} x {n} = {samples} samples do not split into {steps} equal steps: "
-                            f"each step takes {computed} and {samples - computed * steps} samples per rollout are dropped.",
-                            fix, BATCH_DOC)]
+            return [
+                Finding(
+                    id_,
+                    Status.WARN,
+                    f"{rbs} x {n} = {samples} samples do not split into {steps} equal steps: "
+                    f"each step takes {computed} and {samples - computed * steps} samples per rollout are dropped.",
+                    fix,
+                    BATCH_DOC,
+                )
+            ]
         gbs = computed
     if gbs is None:
         return [Finding(id_, Status.FAIL, "Neither --global-batch-size nor --num-steps-per-rollout is set: Megatron "
                         "then sets the global batch to micro_batch_size x data-parallel size, rarely what you want.",
                         fix, BATCH_DOC)]
     if gbs > samples:
-        return [Finding(id_, Status.FAIL, f"--global-batch-size {gbs} is larger than the {samples} samples a rollout "
-                        f"makes ({rbs} x {n}): training stops with 'num_rollouts < global_batch_size'.", fix, BATCH_DOC)]
+        return [
+            Finding(
+                id_,
+                Status.FAIL,
+                f"--global-batch-size {gbs} is larger than the {samples} samples a rollout "
+                f"makes ({rbs} x {n}): training stops with 'num_rollouts < global_batch_size'.",
+                fix,
+                BATCH_DOC,
+            )
+        ]
     if samples % gbs:
         return [Finding(id_, Status.FAIL, f"rollout_batch_size {rbs} x n_samples_per_prompt {n} = {samples} is not a "
                         f"multiple of global_batch_size {gbs}: the last {samples % gbs} samples of every rollout are "
@@ -327,7 +358,8 @@ def check_gpus(cfg: Config) -> list[Finding]:
     debug_train = cfg.get("--debug-train-only") is True or cfg.get("--load-debug-rollout-data") not in (None,)
     external = cfg.has("--rollout-external-engine-addrs")
     if cfg.entry == "train_async.py" and colocate:
-        findings.append(Finding("config.gpus", Status.FAIL, "train_async.py cannot colocate: it asserts --colocate is off.",
+        findings.append(Finding("config.gpus", Status.FAIL, "train_async.py cannot colocate: it asserts --colocate is "
+                                                            "off.",
                                 "Drop --colocate and give rollout its own GPUs (--rollout-num-gpus), or use train.py.",
                                 COLOCATE_DOC))
     if not colocate and rollout is None and not debug_train and not external:
@@ -370,7 +402,11 @@ def check_gpus(cfg: Config) -> list[Finding]:
     else:
         total = actor + (rollout or 0)
         text = f"Actor {nodes}x{per_node} GPUs + rollout {rollout} GPUs: {total} GPUs."
-    engines = f" {rollout // per_engine} engine(s) of {per_engine} GPU(s)." if rollout and per_engine and not debug_train else ""
+    engines = (
+        f" {rollout // per_engine} engine(s) of {per_engine} GPU(s)."
+        if rollout and per_engine and not debug_train
+        else ""
+    )
     findings.append(Finding("config.gpus", Status.PASS, text + engines))
     return findings
 
@@ -386,23 +422,48 @@ def check_parallelism(cfg: Config) -> list[Finding]:
     world = nodes * per_node
     model = tp * pp * cp
     if world % model:
-        return [Finding(id_, Status.FAIL, f"TP {tp} x PP {pp} x CP {cp} = {model} does not divide the {world} actor GPUs: "
-                        "Megatron stops at start-up.", "Choose sizes whose product divides actor_num_nodes x "
-                        "actor_num_gpus_per_node.", PERF_DOC)]
+        return [
+            Finding(
+                id_,
+                Status.FAIL,
+                f"TP {tp} x PP {pp} x CP {cp} = {model} does not divide the {world} actor GPUs: "
+                "Megatron stops at start-up.",
+                "Choose sizes whose product divides actor_num_nodes x actor_num_gpus_per_node.",
+                PERF_DOC,
+            )
+        ]
     dp = world // model
     etp = tp if etp is None else etp
     if known(ep, etp) and world % (ep * etp * pp):
-        return [Finding(id_, Status.FAIL, f"EP {ep} x expert-TP {etp} x PP {pp} = {ep * etp * pp} does not divide the "
-                        f"{world} actor GPUs.", "Choose expert sizes whose product with PP divides the actor GPUs.", PERF_DOC)]
+        return [
+            Finding(
+                id_,
+                Status.FAIL,
+                f"EP {ep} x expert-TP {etp} x PP {pp} = {ep * etp * pp} does not divide the {world} actor GPUs.",
+                "Choose expert sizes whose product with PP divides the actor GPUs.",
+                PERF_DOC,
+            )
+        ]
     findings = [Finding(id_, Status.PASS, f"{world} actor GPUs = TP {tp} x PP {pp} x CP {cp} x DP {dp}.")]
     gbs, mbs = cfg.number("--global-batch-size"), cfg.number("--micro-batch-size")
-    steps, rbs, n = cfg.number("--num-steps-per-rollout"), cfg.number("--rollout-batch-size"), cfg.number("--n-samples-per-prompt")
+    steps, rbs, n = (
+        cfg.number("--num-steps-per-rollout"),
+        cfg.number("--rollout-batch-size"),
+        cfg.number("--n-samples-per-prompt"),
+    )
     if gbs is None and known(steps, rbs, n):
         gbs = rbs * n // steps
     if cfg.get("--use-dynamic-batch-size") is not True and known(gbs, mbs) and gbs % (dp * mbs):
-        findings = [Finding(id_, Status.FAIL, f"global_batch_size {gbs} is not a multiple of DP {dp} x micro_batch_size "
-                            f"{mbs}: slime's static batching stops at the first step.",
-                            "Adjust the batch sizes, or use --use-dynamic-batch-size with --max-tokens-per-gpu.", PERF_DOC)]
+        findings = [
+            Finding(
+                id_,
+                Status.FAIL,
+                f"global_batch_size {gbs} is not a multiple of DP {dp} x micro_batch_size "
+                f"{mbs}: slime's static batching stops at the first step.",
+                "Adjust the batch sizes, or use --use-dynamic-batch-size with --max-tokens-per-gpu.",
+                PERF_DOC,
+            )
+        ]
     return findings
 
 
@@ -417,14 +478,29 @@ def check_kl(cfg: Config) -> list[Finding]:
     use_kl_loss = cfg.get("--use-kl-loss") is True
     out = []
     if known(kl_coef, kl_loss_coef) and kl_coef != 0 and kl_loss_coef != 0:
-        out.append(Finding(id_, Status.FAIL, f"--kl-coef {kl_coef} and --kl-loss-coef {kl_loss_coef} are both non-zero: "
-                           "slime allows only one KL (reward penalty or loss).", "Set one of them to 0.", GRPO_DOC))
+        out.append(
+            Finding(
+                id_,
+                Status.FAIL,
+                f"--kl-coef {kl_coef} and --kl-loss-coef {kl_loss_coef} are both non-zero: "
+                "slime allows only one KL (reward penalty or loss).",
+                "Set one of them to 0.",
+                GRPO_DOC,
+            )
+        )
     needs_ref = use_kl_loss or (kl_coef is not UNKNOWN and kl_coef not in (None, 0))
     if needs_ref and not cfg.has("--ref-load"):
         why = "--use-kl-loss" if use_kl_loss else f"--kl-coef {kl_coef}"
-        out.append(Finding(id_, Status.FAIL, f"{why} without --ref-load: slime loads the reference model from --ref-load "
-                           "and stops when it is missing.", "Add --ref-load (the Megatron checkpoint of the initial "
-                           "model), or drop the KL flags.", GRPO_DOC))
+        out.append(
+            Finding(
+                id_,
+                Status.FAIL,
+                f"{why} without --ref-load: slime loads the reference model from --ref-load "
+                "and stops when it is missing.",
+                "Add --ref-load (the Megatron checkpoint of the initial model), or drop the KL flags.",
+                GRPO_DOC,
+            )
+        )
     if not use_kl_loss and known(kl_loss_coef) and kl_loss_coef != 0:
         out.append(Finding(id_, Status.WARN, f"--kl-loss-coef {kl_loss_coef} has no effect without --use-kl-loss.",
                            "Add --use-kl-loss, or drop --kl-loss-coef.", GRPO_DOC))
@@ -449,81 +525,207 @@ def check_validate_args(cfg: Config) -> list[Finding]:
     transport, mode = g("--update-weight-transport"), g("--update-weight-mode")
     opd_type = g("--opd-type")
     checks = [
-        _rule(cfg, "config.save", has("--save-interval") and not has("--save"),
-              f"--save-interval{cfg.where('--save-interval')} without --save: slime stops at start-up.",
-              "Add --save DIR, or drop --save-interval.", ARGS_DOC),
-        _rule(cfg, "config.eval", has("--eval-interval") and not (has("--eval-prompt-data") or has("--eval-config")),
-              f"--eval-interval{cfg.where('--eval-interval')} without --eval-prompt-data or --eval-config: slime stops "
-              "at start-up.", "Add --eval-prompt-data NAME PATH, or drop --eval-interval.", BATCH_DOC),
-        _rule(cfg, "config.eval", isinstance(g("--eval-prompt-data"), list) and len(g("--eval-prompt-data")) > 1
-              and len(g("--eval-prompt-data")) % 2 == 1,
-              "--eval-prompt-data needs NAME PATH pairs; it has an odd number of words.",
-              "Give one flag with NAME PATH [NAME PATH ...].", BATCH_DOC),
-        _rule(cfg, "config.dynamic_batch", g("--use-dynamic-batch-size") is True and not has("--max-tokens-per-gpu"),
-              "--use-dynamic-batch-size without --max-tokens-per-gpu: slime stops at start-up.",
-              "Add --max-tokens-per-gpu (start at rollout_max_response_len / context_parallel_size, FAQ 3).", FAQ_DOC),
-        _rule(cfg, "config.dynamic_batch", g("--balance-by-flops") is True and g("--use-dynamic-batch-size") is not True,
-              "--balance-by-flops needs --use-dynamic-batch-size.", "Add --use-dynamic-batch-size.", PERF_DOC),
-        _rule(cfg, "config.advantage", estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
-              and g("--normalize-advantages") is not True,
-              f"--advantage-estimator {estimator} needs --normalize-advantages.", "Add --normalize-advantages.", GRPO_DOC),
-        _rule(cfg, "config.rollout_logprobs", g("--use-rollout-logprobs") is True and g("--use-tis") is True,
-              "--use-rollout-logprobs and --use-tis cannot be combined.", "Drop one of them.", GRPO_DOC),
-        _rule(cfg, "config.mismatch_metrics", g("--get-mismatch-metrics") is True and not has("--custom-tis-function-path"),
-              "--get-mismatch-metrics needs --custom-tis-function-path.", "Add --custom-tis-function-path.", GRPO_DOC),
-        _rule(cfg, "config.debug_modes", g("--debug-rollout-only") is True and g("--debug-train-only") is True,
-              "--debug-rollout-only and --debug-train-only cannot both be set.", "Keep one.", ARGS_DOC),
-        _rule(cfg, "config.over_sampling", known(rbs, over) and over < rbs,
-              f"--over-sampling-batch-size {over} is below --rollout-batch-size {rbs}.",
-              "Make it at least the rollout batch size.", BATCH_DOC),
-        _rule(cfg, "config.num_rollout", not has("--num-rollout") and not has("--num-epoch"),
-              "Neither --num-rollout nor --num-epoch is set: slime stops at start-up.", "Add --num-rollout N.", BATCH_DOC),
-        _rule(cfg, "config.prompt_len", known(ctx, prompt) and prompt > ctx - 1,
-              f"--rollout-max-prompt-len {prompt} leaves no room for a response in --rollout-max-context-len {ctx}.",
-              "Keep the prompt length below the context length.", BATCH_DOC),
-        _rule(cfg, "config.param_filters", has("--only-train-params-name-list") and has("--freeze-params-name-list"),
-              "--only-train-params-name-list and --freeze-params-name-list exclude each other.", "Keep one.", ARGS_DOC),
-        _rule(cfg, "config.weight_sync", transport == "disk" and not has("--update-weight-disk-dir"),
-              "--update-weight-transport disk needs --update-weight-disk-dir (a directory trainer and engines share).",
-              "Add --update-weight-disk-dir.", ARGS_DOC),
-        _rule(cfg, "config.weight_sync", mode == "delta" and (transport != "disk" or g("--colocate") is True
-                                                                or not has("--update-weight-local-checkpoint-dir")),
-              "--update-weight-mode delta needs --update-weight-transport disk, no --colocate, and "
-              "--update-weight-local-checkpoint-dir.", "Fix the delta-sync flags or use the full mode.",
-              slime_doc("docs/en/advanced/delta-weight-sync.md")),
-        _rule(cfg, "config.release_train", g("--release-train") is True and (not has("--save") or transport != "disk"
-                                                                             or mode != "full"),
-              "--release-train needs --save and full weight sync over disk.",
-              "Add --save and --update-weight-transport disk, or drop --release-train.", ARGS_DOC),
-        _rule(cfg, "config.mtp", g("--enable-mtp-training") is True and not has("--mtp-num-layers"),
-              "--enable-mtp-training needs --mtp-num-layers.", "Add --mtp-num-layers.", ARGS_DOC),
-        _rule(cfg, "config.opd", g("--use-opd") is True and opd_type is None,
-              "--use-opd needs --opd-type sglang or megatron.", "Add --opd-type.",
-              slime_doc("docs/en/advanced/on-policy-distillation.md")),
-        _rule(cfg, "config.opd", g("--use-opd") is True and opd_type == "megatron" and not has("--opd-teacher-load"),
-              "--opd-type megatron needs --opd-teacher-load.", "Add --opd-teacher-load.",
-              slime_doc("docs/en/advanced/on-policy-distillation.md")),
-        _rule(cfg, "config.opd", has("--opd-teacher-load") and (g("--use-opd") is not True or opd_type == "sglang"),
-              "--opd-teacher-load is set but unused (it needs --use-opd with --opd-type megatron).",
-              "Drop --opd-teacher-load or enable Megatron OPD.", slime_doc("docs/en/advanced/on-policy-distillation.md")),
-        _rule(cfg, "config.sglang_parallel", known(pp, per_engine) and pp > 1 and per_engine % pp,
-              f"--rollout-num-gpus-per-engine {per_engine} is not divisible by --sglang-pp-size {pp}.",
-              "Make GPUs per engine a multiple of the SGLang pipeline size.", ARGS_DOC),
-        _rule(cfg, "config.sglang_parallel", known(dp) and dp > 1 and g("--sglang-enable-dp-attention") is not True,
-              f"--sglang-dp-size {dp} needs --sglang-enable-dp-attention.", "Add --sglang-enable-dp-attention.", ARGS_DOC),
-        _rule(cfg, "config.sglang_parallel", has("--prefill-num-servers") and has("--sglang-config"),
-              "--prefill-num-servers and --sglang-config exclude each other.", "Use server_groups in the YAML config.",
-              slime_doc("docs/en/advanced/pd-disaggregation.md")),
+        _rule(
+            cfg,
+            "config.save",
+            has("--save-interval") and not has("--save"),
+            f"--save-interval{cfg.where('--save-interval')} without --save: slime stops at start-up.",
+            "Add --save DIR, or drop --save-interval.",
+            ARGS_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.eval",
+            has("--eval-interval") and not (has("--eval-prompt-data") or has("--eval-config")),
+            f"--eval-interval{cfg.where('--eval-interval')} without --eval-prompt-data or --eval-config: slime stops "
+            "at start-up.",
+            "Add --eval-prompt-data NAME PATH, or drop --eval-interval.",
+            BATCH_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.eval",
+            isinstance(g("--eval-prompt-data"), list)
+            and len(g("--eval-prompt-data")) > 1
+            and len(g("--eval-prompt-data")) % 2 == 1,
+            "--eval-prompt-data needs NAME PATH pairs; it has an odd number of words.",
+            "Give one flag with NAME PATH [NAME PATH ...].",
+            BATCH_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.dynamic_batch",
+            g("--use-dynamic-batch-size") is True and not has("--max-tokens-per-gpu"),
+            "--use-dynamic-batch-size without --max-tokens-per-gpu: slime stops at start-up.",
+            "Add --max-tokens-per-gpu (start at rollout_max_response_len / context_parallel_size, FAQ 3).",
+            FAQ_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.dynamic_batch",
+            g("--balance-by-flops") is True and g("--use-dynamic-batch-size") is not True,
+            "--balance-by-flops needs --use-dynamic-batch-size.",
+            "Add --use-dynamic-batch-size.",
+            PERF_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.advantage",
+            estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
+            and g("--normalize-advantages") is not True,
+            f"--advantage-estimator {estimator} needs --normalize-advantages.",
+            "Add --normalize-advantages.",
+            GRPO_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.rollout_logprobs",
+            g("--use-rollout-logprobs") is True and g("--use-tis") is True,
+            "--use-rollout-logprobs and --use-tis cannot be combined.",
+            "Drop one of them.",
+            GRPO_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.mismatch_metrics",
+            g("--get-mismatch-metrics") is True and not has("--custom-tis-function-path"),
+            "--get-mismatch-metrics needs --custom-tis-function-path.",
+            "Add --custom-tis-function-path.",
+            GRPO_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.debug_modes",
+            g("--debug-rollout-only") is True and g("--debug-train-only") is True,
+            "--debug-rollout-only and --debug-train-only cannot both be set.",
+            "Keep one.",
+            ARGS_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.over_sampling",
+            known(rbs, over) and over < rbs,
+            f"--over-sampling-batch-size {over} is below --rollout-batch-size {rbs}.",
+            "Make it at least the rollout batch size.",
+            BATCH_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.num_rollout",
+            not has("--num-rollout") and not has("--num-epoch"),
+            "Neither --num-rollout nor --num-epoch is set: slime stops at start-up.",
+            "Add --num-rollout N.",
+            BATCH_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.prompt_len",
+            known(ctx, prompt) and prompt > ctx - 1,
+            f"--rollout-max-prompt-len {prompt} leaves no room for a response in --rollout-max-context-len {ctx}.",
+            "Keep the prompt length below the context length.",
+            BATCH_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.param_filters",
+            has("--only-train-params-name-list") and has("--freeze-params-name-list"),
+            "--only-train-params-name-list and --freeze-params-name-list exclude each other.",
+            "Keep one.",
+            ARGS_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.weight_sync",
+            transport == "disk" and not has("--update-weight-disk-dir"),
+            "--update-weight-transport disk needs --update-weight-disk-dir (a directory trainer and engines share).",
+            "Add --update-weight-disk-dir.",
+            ARGS_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.weight_sync",
+            mode == "delta"
+            and (transport != "disk" or g("--colocate") is True or not has("--update-weight-local-checkpoint-dir")),
+            "--update-weight-mode delta needs --update-weight-transport disk, no --colocate, and "
+            "--update-weight-local-checkpoint-dir.",
+            "Fix the delta-sync flags or use the full mode.",
+            slime_doc("docs/en/advanced/delta-weight-sync.md"),
+        ),
+        _rule(
+            cfg,
+            "config.release_train",
+            g("--release-train") is True and (not has("--save") or transport != "disk" or mode != "full"),
+            "--release-train needs --save and full weight sync over disk.",
+            "Add --save and --update-weight-transport disk, or drop --release-train.",
+            ARGS_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.mtp",
+            g("--enable-mtp-training") is True and not has("--mtp-num-layers"),
+            "--enable-mtp-training needs --mtp-num-layers.",
+            "Add --mtp-num-layers.",
+            ARGS_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.opd",
+            g("--use-opd") is True and opd_type is None,
+            "--use-opd needs --opd-type sglang or megatron.",
+            "Add --opd-type.",
+            slime_doc("docs/en/advanced/on-policy-distillation.md"),
+        ),
+        _rule(
+            cfg,
+            "config.opd",
+            g("--use-opd") is True and opd_type == "megatron" and not has("--opd-teacher-load"),
+            "--opd-type megatron needs --opd-teacher-load.",
+            "Add --opd-teacher-load.",
+            slime_doc("docs/en/advanced/on-policy-distillation.md"),
+        ),
+        _rule(
+            cfg,
+            "config.opd",
+            has("--opd-teacher-load") and (g("--use-opd") is not True or opd_type == "sglang"),
+            "--opd-teacher-load is set but unused (it needs --use-opd with --opd-type megatron).",
+            "Drop --opd-teacher-load or enable Megatron OPD.",
+            slime_doc("docs/en/advanced/on-policy-distillation.md"),
+        ),
+        _rule(
+            cfg,
+            "config.sglang_parallel",
+            known(pp, per_engine) and pp > 1 and per_engine % pp,
+            f"--rollout-num-gpus-per-engine {per_engine} is not divisible by --sglang-pp-size {pp}.",
+            "Make GPUs per engine a multiple of the SGLang pipeline size.",
+            ARGS_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.sglang_parallel",
+            known(dp) and dp > 1 and g("--sglang-enable-dp-attention") is not True,
+            f"--sglang-dp-size {dp} needs --sglang-enable-dp-attention.",
+            "Add --sglang-enable-dp-attention.",
+            ARGS_DOC,
+        ),
+        _rule(
+            cfg,
+            "config.sglang_parallel",
+            has("--prefill-num-servers") and has("--sglang-config"),
+            "--prefill-num-servers and --sglang-config exclude each other.",
+            "Use server_groups in the YAML config.",
+            slime_doc("docs/en/advanced/pd-disaggregation.md"),
+        ),
     ]
     broken = [c for c in checks if c is not None]
     if broken:
         return broken
-    return [Finding("config.validate_args", Status.PASS, f"The other {len(checks)} rules of slime's argument checks hold.")]
+    return [Finding("config.validate_args", Status.PASS, f"The other {len(checks)} rules of slime's argument checks "
+                                                         f"hold.")]
 
 
 def check_hooks(cfg: Config) -> list[Finding]:
     out = []
-    for name in HOOK_FLAGS:
+    for name in cfg.reg.hook_flags():  # values slime loads with load_function: module.attribute
         for g in cfg.given(name):
             for word in g.values:
                 if not word.known:
@@ -535,9 +737,16 @@ def check_hooks(cfg: Config) -> list[Finding]:
                     fix = (f"Give a dotted import path such as {module}.<function>, with the module's folder on "
                            "PYTHONPATH." if value.endswith(".py") or "/" in value
                            else "Give module.function (a dotted import path).")
-                    out.append(Finding("config.hooks", Status.FAIL, f"{g.name} {value} ({g.where}) is not a dotted import "
-                                       "path: slime loads hooks with importlib (module.function), not from files.",
-                                       fix, HOOK_DOC))
+                    out.append(
+                        Finding(
+                            "config.hooks",
+                            Status.FAIL,
+                            f"{g.name} {value} ({g.where}) is not a dotted import "
+                            "path: slime loads hooks with importlib (module.function), not from files.",
+                            fix,
+                            HOOK_DOC,
+                        )
+                    )
     return out
 
 
@@ -587,7 +796,11 @@ def check_hf_config(cfg: Config) -> list[Finding]:
         ("num_attention_heads", "--num-attention-heads", hf.get("num_attention_heads")),
         ("intermediate_size", "--ffn-hidden-size", hf.get("intermediate_size") if dense_layers else None),
         ("moe_intermediate_size", "--moe-ffn-hidden-size", hf.get("moe_intermediate_size")),
-        ("shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", hf.get("shared_expert_intermediate_size")),
+        (
+            "shared_expert_intermediate_size",
+            "--moe-shared-expert-intermediate-size",
+            hf.get("shared_expert_intermediate_size"),
+        ),
         ("vocab_size", "--vocab-size", hf.get("vocab_size") if cfg.has("--vocab-size") else None),
         ("rope_theta", "--rotary-base", rope.get("rope_theta", hf.get("rope_theta"))),
         ("rms_norm_eps", "--norm-epsilon", hf.get("rms_norm_eps")),
@@ -626,7 +839,9 @@ def check_hf_config(cfg: Config) -> list[Finding]:
     untie = cfg.get("--untie-embeddings-and-output-weights") is True
     compared += tie is not None
     if tie is not None and tie == untie:
-        mismatches.append(f"tie_word_embeddings {str(tie).lower()} vs {'--untie-embeddings-and-output-weights' if untie else 'tied embeddings (no --untie-embeddings-and-output-weights)'}")
+        untie_text = ("--untie-embeddings-and-output-weights" if untie
+                      else "tied embeddings (no --untie-embeddings-and-output-weights)")
+        mismatches.append(f"tie_word_embeddings {str(tie).lower()} vs {untie_text}")
     if mismatches:
         return [Finding(id_, Status.FAIL, f"MODEL_ARGS disagree with {folder}/config.json: {'; '.join(mismatches)}.",
                         "Source the scripts/models/*.sh that matches the checkpoint, or fix the flags (slime checks "
@@ -666,7 +881,8 @@ def check_data(cfg: Config) -> list[Finding]:
             continue
         path = Path(value).expanduser()
         if not path.is_file():
-            out.append(Finding("config.data", Status.SKIP, f"{flag} {value} is not reachable here; its keys are not checked."))
+            out.append(Finding("config.data", Status.SKIP, f"{flag} {value} is not reachable here; its keys are not "
+                                                           f"checked."))
             continue
         try:
             rows = first_rows(path)
@@ -721,12 +937,21 @@ def script_findings(reading) -> list[Finding]:
     for note in reading.notes:
         out.append(Finding("config.script", Status.WARN, note, "Fix the path, or pass --slime-dir.", ARGS_DOC))
     if reading.substituted:
-        out.append(Finding("config.script", Status.PASS, "Read from --slime-dir: " + "; ".join(reading.substituted) + "."))
+        out.append(
+            Finding("config.script", Status.PASS, "Read from --slime-dir: " + "; ".join(reading.substituted) + ".")
+        )
     for orphan in reading.orphans:
         flags = [w.text for w in orphan.words if w.known and w.text.startswith("--")]
-        out.append(Finding("config.script", Status.FAIL, f"{orphan.origin}: a command starts with {orphan.words[0].text}: "
-                           f"the line before lacks its trailing backslash, so {len(flags)} flags never reach train.py.",
-                           "End every continued line of the train command with a backslash.", ARGS_DOC))
+        out.append(
+            Finding(
+                "config.script",
+                Status.FAIL,
+                f"{orphan.origin}: a command starts with {orphan.words[0].text}: "
+                f"the line before lacks its trailing backslash, so {len(flags)} flags never reach train.py.",
+                "End every continued line of the train command with a backslash.",
+                ARGS_DOC,
+            )
+        )
     return out
 
 

@@ -71,7 +71,12 @@ def parse_nvsmi_xml(text: str) -> GpuInventory | None:
     for i, node in enumerate(root.findall("gpu")):
         uncorrectable = [
             _int(get(node, f"ecc_errors/volatile/{key}"))
-            for key in ("dram_uncorrectable", "sram_uncorrectable", "sram_uncorrectable_parity", "sram_uncorrectable_secded")
+            for key in (
+                "dram_uncorrectable",
+                "sram_uncorrectable",
+                "sram_uncorrectable_parity",
+                "sram_uncorrectable_secded",
+            )
         ]
         known = [u for u in uncorrectable if u is not None]
         gpus.append(
@@ -162,10 +167,17 @@ def parse_driver_file(text: str) -> str | None:
 
 # Compute capability by product name, when no probe reports it.
 CC_BY_NAME = [
-    (r"\bG?B300\b", "10.3"), (r"\bG?B200\b|\bB100\b", "10.0"), (r"\bGB10\b", "12.1"), (r"RTX 50\d\d|RTX PRO 6000", "12.0"),
-    (r"\bG?H100\b|\bH200\b|\bH800\b|\bH20\b|\bGH200\b", "9.0"), (r"\bL40S?\b|\bL4\b|RTX 40\d\d|RTX 6000 Ada", "8.9"),
-    (r"\bA100\b|\bA800\b|\bA30\b", "8.0"), (r"\bA10G?\b|\bA40\b|\bA6000\b|RTX 30\d\d", "8.6"),
-    (r"\bV100\b", "7.0"), (r"\bT4\b|RTX 20\d\d", "7.5"), (r"\bP100\b", "6.0"),
+    (r"\bG?B300\b", "10.3"),
+    (r"\bG?B200\b|\bB100\b", "10.0"),
+    (r"\bGB10\b", "12.1"),
+    (r"RTX 50\d\d|RTX PRO 6000", "12.0"),
+    (r"\bG?H100\b|\bH200\b|\bH800\b|\bH20\b|\bGH200\b", "9.0"),
+    (r"\bL40S?\b|\bL4\b|RTX 40\d\d|RTX 6000 Ada", "8.9"),
+    (r"\bA100\b|\bA800\b|\bA30\b", "8.0"),
+    (r"\bA10G?\b|\bA40\b|\bA6000\b|RTX 30\d\d", "8.6"),
+    (r"\bV100\b", "7.0"),
+    (r"\bT4\b|RTX 20\d\d", "7.5"),
+    (r"\bP100\b", "6.0"),
 ]
 
 
@@ -199,7 +211,9 @@ def parse_torch_props(text: str) -> tuple[list[dict], bool | None] | None:
 def parse_topology(text: str) -> dict[tuple[int, int], str] | None:
     """``nvidia-smi topo -m``: the link between each pair of GPUs (``NV18``, ``PIX``, ``SYS``...)."""
     lines = [ANSI.sub("", line).rstrip() for line in text.splitlines()]
-    header = next((line for line in lines if re.search(r"\bGPU0\b", line) and not line.lstrip().startswith("GPU0 ")), None)
+    header = next(
+        (line for line in lines if re.search(r"\bGPU0\b", line) and not line.lstrip().startswith("GPU0 ")), None
+    )
     if header is None:
         return None
     columns = [c for c in header.split() if re.fullmatch(r"GPU\d+", c)]

@@ -168,7 +168,11 @@ class Lexer:
                 out.append(Token("nl", "\n", self.line))
                 self.advance()
                 self.read_heredoc_bodies()
-            elif c == "(" and self.peek(1) == "(" and (not out or out[-1].kind in ("nl", "op") or out[-1].text in ("for", "if", "while", "!")):
+            elif (
+                c == "("
+                and self.peek(1) == "("
+                and (not out or out[-1].kind in ("nl", "op") or out[-1].text in ("for", "if", "while", "!"))
+            ):
                 start = self.line
                 out.append(Token("arith", self.read_balanced("((", "))"), start))
             elif REDIRECT.match(self.s, self.i):
@@ -905,13 +909,18 @@ class Reader:
                     [Word(list(old), value[0].origin)] if old else [])
                 self.vars[name] = base + value
             else:
-                self.vars[name] = (list(old) if isinstance(old, list) and not (old and isinstance(old[0], Word)) else []) + value
+                self.vars[name] = (
+                    list(old) if isinstance(old, list) and not (old and isinstance(old[0], Word)) else []
+                ) + value
         else:
             self.vars[name] = value
 
     def run_simple(self, node: Simple):
         tokens = list(node.tokens)
-        origin = lambda tok: Origin(str(self.here), tok.line)
+
+        def origin(tok):
+            return Origin(str(self.here), tok.line)
+
         # Leading assignments; with no command after them they set shell variables.
         assigns = []
         while tokens and (tokens[0].kind == "array" or (tokens[0].kind == "word" and ASSIGN.match(tokens[0].text))):
@@ -984,7 +993,9 @@ class Reader:
             candidates = [path]
         else:
             candidates = ([self.slime_dir / path] if self.slime_dir else []) + [self.here.parent / path]
-        fallback = self.slime_dir / "scripts" / "models" / path.name if self.slime_dir and "models" in path.parts else None
+        fallback = (
+            self.slime_dir / "scripts" / "models" / path.name if self.slime_dir and "models" in path.parts else None
+        )
         found = next((c for c in candidates if c.is_file()), None)
         if found is None and fallback is not None and fallback.is_file():
             found = fallback
@@ -1062,7 +1073,9 @@ def merge(parts: list) -> list:
     return out
 
 
-def read_script(path: str | Path, slime_dir: str | Path | None = None, env: dict[str, str] | None = None) -> ScriptReading:
+def read_script(
+    path: str | Path, slime_dir: str | Path | None = None, env: dict[str, str] | None = None
+) -> ScriptReading:
     """The ``train.py`` / ``train_async.py`` invocations of a launch script, with notes on what
     could not be followed. Raises :class:`ScriptError` when the file cannot be read or parsed."""
     reader = Reader(Path(slime_dir) if slime_dir else None, env or {})

@@ -229,7 +229,8 @@ def gpu_count(m: Machine) -> Finding:
     mem_text = f" ({', '.join(f'{mib / 1024:.1f} GiB' for mib in sorted(memory))} each)" if memory else ""
     text = f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}: {listing}{mem_text}."
     if not gpus:
-        return Finding(id_, Status.FAIL, "The driver lists no GPUs.", "Check `nvidia-smi -L`; in Docker pass --gpus all.",
+        return Finding(id_, Status.FAIL, "The driver lists no GPUs.", "Check `nvidia-smi -L`; in Docker pass --gpus "
+                                                                      "all.",
                        HARDWARE_DOC)
     if m.options.gpus and len(gpus) < m.options.gpus:
         return Finding(id_, Status.FAIL, text + f" --gpus {m.options.gpus} expected.",
@@ -248,8 +249,10 @@ def gpu_memory(m: Machine) -> Finding:
     if any(g.used_mib is None for g in m.inventory.gpus) and not busy:
         return Finding(id_, Status.SKIP, "GPU memory use was not reported.")
     if busy:
-        listing = "; ".join(f"GPU {g.index}: {g.used_mib} MiB used" + (f" by {', '.join(g.processes[:3])}" if g.processes else "")
-                            for g in busy)
+        listing = "; ".join(
+            f"GPU {g.index}: {g.used_mib} MiB used" + (f" by {', '.join(g.processes[:3])}" if g.processes else "")
+            for g in busy
+        )
         return Finding(id_, Status.WARN, f"GPU memory is already in use ({listing}).",
                        "Find the owner with `nvidia-smi` and stop it yourself if it is a leftover engine or trainer; "
                        "--sglang-mem-fraction-static is a fraction of the whole GPU.", slime_doc(FAQ))
@@ -317,7 +320,8 @@ def gpu_ecc(m: Machine) -> Finding:
     if bad:
         return Finding(id_, Status.WARN, "Uncorrectable ECC errors or pending row remaps on GPU "
                        f"{', '.join(str(g.index) for g in bad)}: results on it can be wrong.",
-                       "Reset the GPU (`nvidia-smi -r` when idle) or have it serviced; avoid it with CUDA_VISIBLE_DEVICES.",
+                       "Reset the GPU (`nvidia-smi -r` when idle) or have it serviced; avoid it with "
+                       "CUDA_VISIBLE_DEVICES.",
                        FAQ_DOC)
     modes = {(g.ecc or "").lower() for g in gpus}
     if modes <= {"", "n/a", "[n/a]"}:
@@ -450,7 +454,8 @@ def container_ipc(m: Machine) -> Finding:
             return Finding(id_, Status.PASS, private + ", but its 16 GiB+ /dev/shm serves the processes inside it.")
         return Finding(id_, Status.WARN, private + " and with a small /dev/shm.",
                        "Start it with --ipc=host as slime's docs do (or at least --shm-size=16g).", DOCKER_DOC)
-    return Finding(id_, Status.PASS, f"/dev/shm is not Docker's private shm mount (source '{source}'), as with --ipc=host.")
+    return Finding(id_, Status.PASS, f"/dev/shm is not Docker's private shm mount (source '{source}'), as with "
+                                     f"--ipc=host.")
 
 
 def _limits(m: Machine) -> dict:
@@ -522,7 +527,8 @@ def packages_python(m: Machine) -> Finding:
         return Finding(id_, Status.FAIL, f"Python {version}: slime needs 3.10 or newer.",
                        f"Use Python {PIN_PYTHON} (slime's image and build_conda.sh).", CONDA_DOC)
     if v[:2] > (3, 12):
-        return Finding(id_, Status.WARN, f"Python {version}: slime v0.3.1 is tested on 3.10-3.12 (its image uses 3.12).",
+        return Finding(id_, Status.WARN, f"Python {version}: slime v0.3.1 is tested on 3.10-3.12 (its image uses "
+                                         f"3.12).",
                        f"Use Python {PIN_PYTHON}.", CONDA_DOC)
     return Finding(id_, Status.PASS, f"Python {version} (slime's image: {PIN_PYTHON}).")
 
@@ -546,7 +552,9 @@ def packages_torch(m: Machine) -> Finding:
     if version_tuple(version)[:2] != version_tuple(PIN_TORCH)[:2]:
         return Finding(id_, Status.WARN, text + ".", f"Install torch {PIN_TORCH} as slime's image does.", CONDA_DOC)
     if build == "CPU-only":
-        return Finding(id_, Status.WARN, text + ": slime needs a CUDA build.", f"Install torch {PIN_TORCH}+cu129.", CONDA_DOC)
+        return Finding(
+            id_, Status.WARN, text + ": slime needs a CUDA build.", f"Install torch {PIN_TORCH}+cu129.", CONDA_DOC
+        )
     return Finding(id_, Status.PASS, text + ".")
 
 
@@ -567,24 +575,38 @@ def packages_megatron(m: Machine) -> Finding:
             return Finding(id_, Status.PASS, f"{text}" + (f", commit {commit[:7]}" if commit else "") + ".")
         checkout = info.get("checkout")
         if checkout:
-            return Finding(id_, Status.WARN, f"megatron.training is not importable from this Python, but a Megatron-LM "
-                           f"checkout exists at {checkout}.", "slime's scripts add it with PYTHONPATH=/root/Megatron-LM "
-                           "in the Ray runtime env; make sure yours does.", IMAGE_DOC)
+            return Finding(
+                id_,
+                Status.WARN,
+                f"megatron.training is not importable from this Python, but a Megatron-LM "
+                f"checkout exists at {checkout}.",
+                "slime's scripts add it with PYTHONPATH=/root/Megatron-LM "
+                "in the Ray runtime env; make sure yours does.",
+                IMAGE_DOC,
+            )
         if info.get("megatron.core") == "present":
-            return Finding(id_, Status.FAIL, "Only the megatron-core wheel is installed: slime imports megatron.training, "
-                           "which lives in a Megatron-LM checkout.", fix_install, IMAGE_DOC)
+            return Finding(
+                id_,
+                Status.FAIL,
+                "Only the megatron-core wheel is installed: slime imports megatron.training, "
+                "which lives in a Megatron-LM checkout.",
+                fix_install,
+                IMAGE_DOC,
+            )
         return Finding(id_, Status.FAIL, f"Megatron-LM is not installed; {pin}.", fix_install, IMAGE_DOC)
     if m.packages is None:
         return _no_packages(id_)
     found = _pkg(m, "megatron-core")
     pythonpath = (m.env or {}).get("PYTHONPATH", "")
     if "megatron" in pythonpath.lower():
-        return Finding(id_, Status.WARN, f"PYTHONPATH names Megatron ({pythonpath}); the capture cannot tell its commit.",
+        return Finding(id_, Status.WARN, f"PYTHONPATH names Megatron ({pythonpath}); the capture cannot tell its "
+                                         f"commit.",
                        "Capture with `slime-check capture` to include the Megatron checkout.", IMAGE_DOC)
     if found:
         return Finding(id_, Status.WARN, f"megatron-core {found[1]} is installed; whether a Megatron-LM checkout "
                        "(megatron.training) is importable is unknown.", fix_install, IMAGE_DOC)
-    return Finding(id_, Status.FAIL, f"Megatron-LM is not installed (not in the package list, not on PYTHONPATH); {pin}.",
+    return Finding(id_, Status.FAIL, f"Megatron-LM is not installed (not in the package list, not on PYTHONPATH); "
+                                     f"{pin}.",
                    fix_install, IMAGE_DOC)
 
 
@@ -619,9 +641,14 @@ def packages_sglang_router(m: Machine) -> Finding:
     versions = facts.parse_megatron(module.text) if module.ok else {}
     router_version = versions.get("sglang_router")
     if router_version and "slime" not in router_version:
-        return Finding(id_, Status.WARN, f"sglang_router.__version__ is {router_version}, not slime's build "
-                       "(slime's Dockerfile asserts 'slime' in it).",
-                       "Install the sglang_router 0.3.2 wheel slime's Dockerfile names (zhuzilin/sgl-router).", IMAGE_DOC)
+        return Finding(
+            id_,
+            Status.WARN,
+            f"sglang_router.__version__ is {router_version}, not slime's build "
+            "(slime's Dockerfile asserts 'slime' in it).",
+            "Install the sglang_router 0.3.2 wheel slime's Dockerfile names (zhuzilin/sgl-router).",
+            IMAGE_DOC,
+        )
     return found
 
 
@@ -630,7 +657,8 @@ def packages_ray(m: Machine) -> Finding:
         return _no_packages("packages.ray")
     found = _pkg(m, "ray")
     if found is None:
-        return Finding("packages.ray", Status.FAIL, "ray is not installed: slime places every engine and trainer with Ray.",
+        return Finding("packages.ray", Status.FAIL, "ray is not installed: slime places every engine and trainer with "
+                                                    "Ray.",
                        "pip install 'ray[default]' (slime's requirements.txt).", IMAGE_DOC)
     return Finding("packages.ray", Status.PASS, f"ray {found[1]} (slime does not pin it).")
 
@@ -650,8 +678,16 @@ def packages_flash_attn(m: Machine) -> Finding:
 
 
 def packages_numpy(m: Machine) -> Finding:
-    return _pinned(m, "packages.numpy", ("numpy",), PIN_NUMPY, "Megatron and SGLang need it", Status.FAIL,
-                   f"pip install numpy=={PIN_NUMPY} scipy=={PIN_SCIPY}", same=lambda v, pin: version_tuple(v)[:1] == (1,))
+    return _pinned(
+        m,
+        "packages.numpy",
+        ("numpy",),
+        PIN_NUMPY,
+        "Megatron and SGLang need it",
+        Status.FAIL,
+        f"pip install numpy=={PIN_NUMPY} scipy=={PIN_SCIPY}",
+        same=lambda v, pin: version_tuple(v)[:1] == (1,),
+    )
 
 
 def packages_transformers(m: Machine) -> Finding:
@@ -674,15 +710,28 @@ def packages_known_bad(m: Machine) -> Finding:
     if ver["numpy"] and ver["numpy"][0] >= 2 and has_megatron:
         problems.append(f"numpy {get['numpy'][1]} with Megatron, which needs NumPy 1.x (pin numpy=={PIN_NUMPY})")
     if ver["scipy"] and ver["numpy"] and ver["scipy"] >= (1, 18) and ver["numpy"][0] < 2:
-        problems.append(f"scipy {get['scipy'][1]} with numpy {get['numpy'][1]}: SciPy 1.18+ needs NumPy 2 (pin scipy=={PIN_SCIPY})")
-    if get["sglang"] and ver["torch"] and ver["torch"][:2] != version_tuple(PIN_TORCH)[:2] and get["sglang"][1] == PIN_SGLANG:
+        problems.append(f"scipy {get['scipy'][1]} with numpy {get['numpy'][1]}: SciPy 1.18+ needs NumPy 2 (pin "
+                        f"scipy=={PIN_SCIPY})")
+    if (
+        get["sglang"]
+        and ver["torch"]
+        and ver["torch"][:2] != version_tuple(PIN_TORCH)[:2]
+        and get["sglang"][1] == PIN_SGLANG
+    ):
         problems.append(f"torch {get['torch'][1]} with sglang {PIN_SGLANG}, which requires torch=={PIN_TORCH}")
     if get["sglang"] and ver["kernels"] and ver["kernels"] >= (0, 15):
         problems.append(f"kernels {get['kernels'][1]}: 0.15+ breaks `import sglang` (pin kernels<0.15)")
     if get["flash-attn-4"]:
-        problems.append(f"flash-attn-4 {get['flash-attn-4'][1]} is installed: slime's image removes it so TE 2.16 picks FA2/FA3")
-    if get["sglang"] and get["transformers"] and get["sglang"][1] == PIN_SGLANG and get["transformers"][1] != PIN_TRANSFORMERS:
-        problems.append(f"transformers {get['transformers'][1]} with sglang {PIN_SGLANG}, which requires {PIN_TRANSFORMERS}")
+        problems.append(f"flash-attn-4 {get['flash-attn-4'][1]} is installed: slime's image removes it so TE 2.16 "
+                        f"picks FA2/FA3")
+    if (
+        get["sglang"]
+        and get["transformers"]
+        and get["sglang"][1] == PIN_SGLANG
+        and get["transformers"][1] != PIN_TRANSFORMERS
+    ):
+        problems.append(f"transformers {get['transformers'][1]} with sglang {PIN_SGLANG}, which requires "
+                        f"{PIN_TRANSFORMERS}")
     if problems:
         return Finding(id_, Status.FAIL, "; ".join(problems) + ".",
                        "Use slime's image, or match its pins (docker/Dockerfile, build_conda.sh).", CONDA_DOC)
@@ -768,7 +817,11 @@ def system_ports(m: Machine) -> Finding:
         return Finding(id_, Status.SKIP, "Listening ports could not be read (no `ss -ltn`, no /proc/net/tcp).")
     taken = [f"{port} ({what})" for port, what in RAY_PORTS.items() if port in ports]
     engines = sorted(p for p in ports if p in ENGINE_PORTS)
-    engine_note = f" {len(engines)} port(s) in 15000-15999 are taken; slime picks engine ports there, skipping busy ones." if engines else ""
+    engine_note = (
+        f" {len(engines)} port(s) in 15000-15999 are taken; slime picks engine ports there, skipping busy ones."
+        if engines
+        else ""
+    )
     if taken:
         return Finding(id_, Status.WARN, f"In use: {', '.join(taken)}. A Ray head is probably running already; "
                        f"`ray start --head` in slime's scripts will fail or join it.{engine_note}",
@@ -781,14 +834,20 @@ def system_leftover_processes(m: Machine) -> Finding:
     out = m.probe.run(P.PROCESSES)
     procs = facts.parse_processes(out.text) if out.ok else None
     if procs is None:
-        return Finding(id_, Status.SKIP, out.reason(P.PROCESSES) if not out.ok else "The process list could not be read.")
+        return Finding(id_, Status.SKIP, out.reason(P.PROCESSES) if not out.ok else "The process list could not be "
+                                                                                    "read.")
     left = [(pid, args) for pid, args in procs if LEFTOVER.search(args)]
     if left:
         shown = "; ".join(f"{pid} {args[:60]}" for pid, args in left[:5])
         more = f" and {len(left) - 5} more" if len(left) > 5 else ""
-        return Finding(id_, Status.WARN, f"{len(left)} SGLang/Ray process(es) still running: {shown}{more}. "
-                       "slime-check reports them and never stops them.",
-                       "If they are leftovers of an earlier run, stop them yourself: `ray stop`, then `kill PID`.", FAQ_DOC)
+        return Finding(
+            id_,
+            Status.WARN,
+            f"{len(left)} SGLang/Ray process(es) still running: {shown}{more}. "
+            "slime-check reports them and never stops them.",
+            "If they are leftovers of an earlier run, stop them yourself: `ray stop`, then `kill PID`.",
+            FAQ_DOC,
+        )
     return Finding(id_, Status.PASS, "No SGLang or Ray processes running.")
 
 
@@ -800,8 +859,14 @@ def system_host_ip(m: Machine) -> Finding:
         try:
             ipaddress.ip_address(chosen.strip("[]"))
         except ValueError:
-            return Finding(id_, Status.FAIL, f"SLIME_HOST_IP={chosen} is not an IP address; slime advertises it to "
-                           "the other nodes as this node's address.", "Set SLIME_HOST_IP to this node's IP.", MULTINODE_DOC)
+            return Finding(
+                id_,
+                Status.FAIL,
+                f"SLIME_HOST_IP={chosen} is not an IP address; slime advertises it to "
+                "the other nodes as this node's address.",
+                "Set SLIME_HOST_IP to this node's IP.",
+                MULTINODE_DOC,
+            )
         return Finding(id_, Status.PASS, f"SLIME_HOST_IP={chosen}: slime advertises it as this node's address.")
     out = m.probe.run(P.HOST_ADDRESS)
     if not out.ok:
@@ -811,18 +876,41 @@ def system_host_ip(m: Machine) -> Finding:
     usable = [a for a in addresses if re.fullmatch(r"[\d.]+", a) and not a.startswith("127.")]
     host = info.get("hostname", "?")
     if usable:
-        return Finding(id_, Status.PASS, f"Host {host}: slime will advertise {usable[0]} (set SLIME_HOST_IP to override).")
-    return Finding(id_, Status.WARN, f"Host {host} has no non-loopback address slime can find, so it falls back to "
-                   "127.0.0.1: fine on one node, wrong for multi-node.",
-                   "For multi-node runs set SLIME_HOST_IP (and GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME).", MULTINODE_DOC)
+        return Finding(id_, Status.PASS, f"Host {host}: slime will advertise {usable[0]} (set SLIME_HOST_IP to "
+                                         f"override).")
+    return Finding(
+        id_,
+        Status.WARN,
+        f"Host {host} has no non-loopback address slime can find, so it falls back to "
+        "127.0.0.1: fine on one node, wrong for multi-node.",
+        "For multi-node runs set SLIME_HOST_IP (and GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME).",
+        MULTINODE_DOC,
+    )
 
 
 CHECKS: dict[str, list[Check]] = {
     "gpu": [gpu_driver, gpu_count, gpu_memory, gpu_compute_capability, gpu_mig, gpu_ecc, gpu_topology, gpu_torch_cuda],
-    "container": [container_runtime, container_shm, container_ipc, container_memlock, container_stack, container_nofile],
-    "packages": [packages_python, packages_torch, packages_megatron, packages_sglang, packages_sglang_router, packages_ray,
-                 packages_transformer_engine, packages_flash_attn, packages_numpy, packages_transformers,
-                 packages_known_bad],
+    "container": [
+        container_runtime,
+        container_shm,
+        container_ipc,
+        container_memlock,
+        container_stack,
+        container_nofile,
+    ],
+    "packages": [
+        packages_python,
+        packages_torch,
+        packages_megatron,
+        packages_sglang,
+        packages_sglang_router,
+        packages_ray,
+        packages_transformer_engine,
+        packages_flash_attn,
+        packages_numpy,
+        packages_transformers,
+        packages_known_bad,
+    ],
     "system": [system_ram, system_disk, system_ports, system_leftover_processes, system_host_ip],
 }
 

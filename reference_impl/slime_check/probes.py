@@ -4,7 +4,7 @@ Every check asks a :class:`Probe` three kinds of question: run a named command, 
 the environment. :class:`LiveProbe` answers on this machine; :class:`CaptureProbe` answers from a
 capture file, so a check runs the same against a user's machine we cannot reach.
 
-A capture is UTF-8 text made of sections (see ``shared/fixtures/env/README.md``)::
+A capture is UTF-8 text made of sections (see ``tests/fixtures/env/README.md``)::
 
     === <what was captured, usually the exact command or file path>
     <its output, stdout and stderr together, verbatim>
@@ -238,7 +238,9 @@ def torch_build() -> Output:
     text = read_text_file(str(version_py))
     if not text.ok:
         return text
-    fields = dict(re.findall(r"^(__version__|cuda|hip)\s*(?::\s*\S+)?\s*=\s*['\"]?([^'\"\n]*)['\"]?", text.text, re.MULTILINE))
+    fields = dict(
+        re.findall(r"^(__version__|cuda|hip)\s*(?::\s*\S+)?\s*=\s*['\"]?([^'\"\n]*)['\"]?", text.text, re.MULTILINE)
+    )
     return Output(0, f"version={fields.get('__version__', '?')}\ncuda={fields.get('cuda', 'None') or 'None'}")
 
 
@@ -469,7 +471,9 @@ class LiveProbe:
         return dict(os.environ)
 
 
-def write_capture(probe: LiveProbe, sections: list[str] | None = None, progress: Callable[[str], None] | None = None) -> str:
+def write_capture(
+    probe: LiveProbe, sections: list[str] | None = None, progress: Callable[[str], None] | None = None
+) -> str:
     """The capture text for this machine: every section in :data:`SECTIONS`, in order."""
     parts = []
     for name in sections or list(SECTIONS):

@@ -25,8 +25,8 @@ from pathlib import Path
 import click
 
 from slime_check.findings import Finding, Status
-from slime_ref.errors import UserError
-from slime_ref.utils.fileio import atomic_write_json
+from slime_common.errors import UserError
+from slime_common.fileio import atomic_write_json
 
 DOC = "skill/references/reference-implementation.md"
 

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import click
 
-from slime_ref.errors import UserError
-from slime_ref.utils.fileio import atomic_write_bytes, atomic_write_json
+from slime_common.errors import UserError
+from slime_common.fileio import atomic_write_bytes, atomic_write_json
 
 SKILL_NAME = "slime-rl"
 DEFAULT_CATEGORY = "mlops"
@@ -63,7 +63,8 @@ def bundle_root() -> Path:
 
 
 def installed_path(repo_path: str) -> str | None:
-    """Where a repository path (file or folder, POSIX form) lands in the installed skill; None if it is not installed."""
+    """Where a repository path (file or folder, POSIX form) lands in the installed skill; None if it is
+    not installed."""
     for source, target in PATH_MAP:
         if repo_path == source or repo_path.startswith(source + "/"):
             return target + repo_path[len(source) :]
@@ -183,11 +184,13 @@ def install(home: Path, category: str, force: bool = False) -> tuple[Path, int]:
         )
     previous = read_manifest(target) if target.exists() else None
     if previous is None and target.exists() and any(p.is_file() for p in target.rglob("*")):
-        raise UserError(f"{target} exists and was not installed by slime-check; move it away or choose another --category")
+        raise UserError(f"{target} exists and was not installed by slime-check; move it away or choose another "
+                        f"--category")
     if previous is not None:
         changed = locally_modified(target, previous)
         if changed and not force:
-            raise UserError(f"{target}: changed since install: {', '.join(changed)}; rerun with --force to overwrite them")
+            raise UserError(f"{target}: changed since install: {', '.join(changed)}; rerun with --force to overwrite "
+                            f"them")
 
     rendered = render_bundle(bundle_root())
     if previous is not None:
@@ -266,7 +269,8 @@ def skill() -> None:
 @_CATEGORY_OPTION
 @click.option("--force", is_flag=True, help="Overwrite installed files you changed since the last install.")
 def install_cmd(hermes_home: Path | None, category: str, force: bool) -> None:
-    """Copy SKILL.md, its references, templates, scripts, checklist and examples into HERMES_HOME/skills/CATEGORY/slime-rl/."""
+    """Copy SKILL.md, its references, templates, scripts, checklist and examples into
+    HERMES_HOME/skills/CATEGORY/slime-rl/."""
     home = resolve_hermes_home(hermes_home)
     target, count = install(home, category, force=force)
     click.echo(f"Installed {SKILL_NAME} ({count} files) into {target}")

@@ -33,34 +33,6 @@ from slime_ref.algo.choices import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS
 from slime_ref.errors import UserError
 from slime_ref.utils.hooks import SLIME_BUILTINS, check_hook_path, load_function
 
-# Hook flags (dotted import paths) checked at parse time when a parser declares them.
-HOOK_ATTRS = (
-    "custom_rm_path",
-    "dynamic_sampling_filter_path",
-    "buffer_filter_path",
-    "data_source_path",
-    "custom_reward_post_process_path",
-    "custom_loss_function_path",
-    # declared by other groups; checked here too when present
-    "rollout_function_path",
-    "custom_generate_function_path",
-    "eval_function_path",
-    "rollout_sample_hook_path",
-    "rollout_sample_filter_path",
-    "rollout_all_samples_process_path",
-    "rollout_data_postprocess_path",
-    "custom_convert_samples_to_train_data_path",
-    "custom_rollout_log_function_path",
-    "custom_eval_rollout_log_function_path",
-    "custom_advantage_function_path",
-    "custom_tis_function_path",
-    "custom_pg_loss_reducer_function_path",
-    "custom_megatron_init_path",
-    "custom_megatron_before_log_prob_hook_path",
-    "custom_megatron_before_train_step_hook_path",
-    "custom_model_provider_path",
-)
-
 # Rule-based rewards of slime's rm_hub that slime-ref implements (each also with the boxed_ prefix).
 RM_TYPES = ("math", "dapo", "deepscaler", "f1", "gpqa", "remote_rm", "random")
 
@@ -385,9 +357,21 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 
 def check_model_args(args) -> None:
     """Each architecture flag given must match --hf-checkpoint's config.json (UserError otherwise)."""
-    names = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
-             "kv_channels", "norm_epsilon", "rotary_base", "vocab_size", "swiglu", "untie_embeddings_and_output_weights",
-             "qk_layernorm", "add_qkv_bias")
+    names = (
+        "num_layers",
+        "hidden_size",
+        "ffn_hidden_size",
+        "num_attention_heads",
+        "num_query_groups",
+        "kv_channels",
+        "norm_epsilon",
+        "rotary_base",
+        "vocab_size",
+        "swiglu",
+        "untie_embeddings_and_output_weights",
+        "qk_layernorm",
+        "add_qkv_bias",
+    )
     if not any(getattr(args, n, None) not in (None, False) for n in names):
         return  # no MODEL_ARGS given: the model is simply what config.json says
     if not args.hf_checkpoint or not os.path.isfile(os.path.join(args.hf_checkpoint, "config.json")):
@@ -486,7 +470,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def sort_unknown_flags(parser: argparse.ArgumentParser, unknown: list[str]) -> tuple[dict, dict]:
     """Split leftover argv into pass-through SGLang and router settings; UserError for everything else."""
-    from slime_check.registry import load_registry
+    from slime_common.registry import load_registry
 
     registry = load_registry()
     passthrough: dict[str, dict] = {"sglang": {}, "router": {}}
@@ -624,6 +608,9 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
             raise UserError(f"{source} {args.ref_load}: no such directory (needed as the reference model for {why})")
 
     # --- estimator and loss rules
+    if args.advantage_estimator == "ppo":
+        raise UserError("--advantage-estimator ppo: slime-ref has no critic model yet (GAE and the value loss "
+                        "exist only as tensor functions); use grpo, gspo, cispo or reinforce_plus_plus")
     if args.advantage_estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and \
             not args.normalize_advantages:
         raise UserError(f"--advantage-estimator {args.advantage_estimator} needs --normalize-advantages")
@@ -715,7 +702,10 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
     # every user hook resolves now, before Ray starts: a missing module or a missing function is one
     # line here rather than an error from inside an actor once the engines are up (slime-ref's own
     # hooks are left to import where they run: they pull in torch)
-    for attr in HOOK_ATTRS:
+    from slime_common.registry import load_registry
+
+    hook_flags = set(load_registry().hook_flags())
+    for attr in [a for a in vars(args) if _flag(a) in hook_flags]:  # the hook flags slime-ref declares
         paths = getattr(args, attr, None)
         for path in paths if isinstance(paths, list) else [paths]:
             if path:

@@ -309,7 +309,6 @@ def make_tiny(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
-
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the caller shows its own progress

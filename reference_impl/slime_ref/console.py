@@ -42,7 +42,7 @@ class RunDisplay:
         self.task = self.progress.add_task(title, total=total, status="setting up")
         self.last: dict = {}
 
-    def __enter__(self) -> "RunDisplay":
+    def __enter__(self) -> RunDisplay:
         self.progress.start()
         return self
 

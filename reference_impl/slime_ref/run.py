@@ -66,7 +66,7 @@ class Run:
 
     # -- set-up and tear-down -------------------------------------------------------------------
 
-    def __enter__(self) -> "Run":
+    def __enter__(self) -> Run:
         try:
             self._setup()
         except BaseException as e:
@@ -85,6 +85,7 @@ class Run:
                 raise cause from None
 
     def _setup(self) -> None:
+        from slime_ref.data.source import resolve_num_rollout
         from slime_ref.ray.placement import create_placement, init_ray, placement_layout
         from slime_ref.ray.rollout_manager import RolloutManager
         from slime_ref.ray.train_actor import TrainGroup
@@ -105,10 +106,8 @@ class Run:
         self._event("setup", detail="starting engines and router" if args.rollout_num_gpus else "loading data")
         manager_cls = ray.remote(RolloutManager)
         self.rollout = manager_cls.options(num_cpus=0).remote(args, placement)
-        per_epoch = ray.get(self.rollout.start.remote(), timeout=1800)
-        if args.num_rollout is None:  # as slime: epoch ends count for save/eval only with --num-epoch
-            self.num_rollout_per_epoch = per_epoch
-            args.num_rollout = per_epoch * args.num_epoch
+        num_prompts = ray.get(self.rollout.start.remote(), timeout=1800)
+        self.num_rollout_per_epoch = resolve_num_rollout(args, num_prompts)
         args.rollout_engine_urls = ray.get(self.rollout.get_engine_urls.remote())
         if not args.debug_rollout_only:
             self._event("setup", detail="building the Megatron model")

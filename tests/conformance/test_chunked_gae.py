@@ -8,6 +8,7 @@ printed the speed-up; timing is not a test here (benchmarks live in bench/). The
 
 import pytest
 import torch
+
 from slime_ref.algo.advantages import chunked_gae, compute_advantages_and_returns, vanilla_gae
 
 

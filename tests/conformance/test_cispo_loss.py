@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+
 from slime_ref.algo.losses import compute_cispo_loss
 
 ADVANTAGES = torch.tensor([1.0, -0.5, 2.0, -1.0])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from slime_ref.backends.megatron.logprobs import _VocabParallelLogProbEntropy
 
 LOGPROB_WEIGHTS_1 = [0.25, -0.5, 1.5]
@@ -104,6 +105,7 @@ def test_calculate_log_probs_and_entropy_handles_empty_input(dense):
 def vocab_parallel_worker(rank, world, port):
     """This rank's log-probs, entropies and logit gradients for every (with_entropy, chunk_size, dense)."""
     from megatron.core import parallel_state as ps
+
     from slime_ref.backends.megatron import initialize
     from slime_ref.backends.megatron.logprobs import vocab_parallel_log_probs
 

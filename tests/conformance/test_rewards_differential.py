@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+
 from slime_ref.rollout.rewards import rule_based_reward
 
 ANSWER_THEN_FILLER = "Answer: 42" + " filler" * 60  # the answer line falls outside dapo's 300-char tail

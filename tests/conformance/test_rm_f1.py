@@ -7,6 +7,7 @@ and its (f1, precision, recall) result. Every test is ported unchanged.
 from __future__ import annotations
 
 import pytest
+
 from slime_ref.rollout.rewards import f1_reward, f1_score, normalize_f1_answer
 
 

@@ -8,6 +8,7 @@ arguments), its private ``_extract_letter_from_response`` is ``gpqa_letter`` and
 from __future__ import annotations
 
 import pytest
+
 from slime_ref.rollout.rewards import GPQA_DEFAULT_LETTERS, gpqa_letter, gpqa_reward, rule_based_reward
 
 # ---------------------------------------------------------------------------

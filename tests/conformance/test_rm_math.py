@@ -9,6 +9,7 @@ private ``_strip_string`` returns; here each pair is graded against each other w
 from __future__ import annotations
 
 import pytest
+
 from slime_ref.rollout.math_grading import (
     extract_answer,
     extract_boxed_answer,

@@ -19,6 +19,7 @@ serve only the strict-box mode, which no ``--rm-type`` reaches.
 from __future__ import annotations
 
 import pytest
+
 from slime_ref.rollout.rewards import dapo_reward, normalize_final_answer
 
 # ---------------------------------------------------------------------------

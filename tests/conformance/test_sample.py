@@ -12,6 +12,7 @@ import argparse
 import json
 
 import pytest
+
 from slime_ref.types import Sample
 
 

@@ -64,7 +64,9 @@ class LaunchedRun:
             value = condition()
             if value:
                 return value
-            assert self.proc.poll() is None, f"the run ended (exit {self.proc.returncode}) before {what}:\n{self.stderr()}"
+            assert self.proc.poll() is None, (
+                f"the run ended (exit {self.proc.returncode}) before {what}:\n{self.stderr()}"
+            )
             time.sleep(0.2)
         raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}:\n{self.stderr()[-3000:]}")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 
-
 async def long_generate(args, sample, sampling_params, evaluation=False):
     """The default generate, made to run to --rollout-max-response-len (ignore_eos), so that a fault
     lands while requests are in flight."""

@@ -64,7 +64,9 @@ def test_engine_killed_mid_rollout_is_restarted_with_fault_tolerance(tiny, tmp_p
         trained = [r["rollout_id"] for r in records if "train/pg_loss" in r]
         assert trained == [0, 1, 2]  # the rollout the engine died in finished, and so did the rest
         # the restarted engine got the trainer's weights: --check-weight-update-equal compared every engine
-        assert all(r["perf/weight_check_max_abs_diff"] <= 1e-5 for r in records if "perf/weight_check_max_abs_diff" in r)
+        assert all(
+            r["perf/weight_check_max_abs_diff"] <= 1e-5 for r in records if "perf/weight_check_max_abs_diff" in r
+        )
         restarted = json.loads((out / "processes.json").read_text())["engines"][1]
         assert restarted != pid
         assert run.leftovers() == []

@@ -38,8 +38,19 @@ print(
     json.dumps(
         {
             "listed": json.loads(skills_list())["skills"],
-            "view": {key: view.get(key) for key in ("success", "name", "description", "tags", "related_skills",
-                                                    "linked_files", "readiness_status", "error")},
+            "view": {
+                key: view.get(key)
+                for key in (
+                    "success",
+                    "name",
+                    "description",
+                    "tags",
+                    "related_skills",
+                    "linked_files",
+                    "readiness_status",
+                    "error",
+                )
+            },
             "view_content": view.get("content", ""),
             "reads": reads,
             "prompt_index": build_skills_system_prompt(),
@@ -50,9 +61,16 @@ print(
                 "allowed": allowed,
                 "reason": reason,
             },
-            "limits": {"max_files": MAX_FILE_COUNT, "max_total_kb": MAX_TOTAL_SIZE_KB, "max_file_kb": MAX_SINGLE_FILE_KB},
-            "size": {"files": len(files), "total_bytes": sum(p.stat().st_size for p in files),
-                     "largest_bytes": max(p.stat().st_size for p in files)},
+            "limits": {
+                "max_files": MAX_FILE_COUNT,
+                "max_total_kb": MAX_TOTAL_SIZE_KB,
+                "max_file_kb": MAX_SINGLE_FILE_KB,
+            },
+            "size": {
+                "files": len(files),
+                "total_bytes": sum(p.stat().st_size for p in files),
+                "largest_bytes": max(p.stat().st_size for p in files),
+            },
         }
     )
 )

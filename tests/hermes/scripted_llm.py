@@ -59,7 +59,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path.rstrip("/").endswith("/models"):
-            return self._json(200, {"object": "list", "data": [{"id": "scripted", "object": "model", "context_length": 131072}]})
+            return self._json(
+                200, {"object": "list", "data": [{"id": "scripted", "object": "model", "context_length": 131072}]}
+            )
         self._json(404, {"error": {"message": "not found"}})
 
     def do_POST(self):
@@ -72,7 +74,13 @@ class Handler(BaseHTTPRequestHandler):
         base = {"id": "c1", "created": int(time.time()), "model": "scripted"}
         if not request.get("stream"):
             return self._json(
-                200, {**base, "object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+                200,
+                {
+                    **base,
+                    "object": "chat.completion",
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": usage,
+                },
             )
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -82,7 +90,10 @@ class Handler(BaseHTTPRequestHandler):
             delta["content"] = message["content"]
         if message.get("tool_calls"):
             delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(message["tool_calls"])]
-        for choice in ({"index": 0, "delta": delta, "finish_reason": None}, {"index": 0, "delta": {}, "finish_reason": finish}):
+        for choice in (
+            {"index": 0, "delta": delta, "finish_reason": None},
+            {"index": 0, "delta": {}, "finish_reason": finish},
+        ):
             chunk = {**base, "object": "chat.completion.chunk", "choices": [choice]}
             if choice["finish_reason"]:
                 chunk["usage"] = usage

@@ -49,7 +49,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "data" / "slime_v0.3.1_flags.json"
+DEFAULT_OUT = Path(__file__).resolve().parents[2] / "slime_common" / "data" / "slime_v0.3.1_flags.json"
 
 # slime's Dockerfile applies these to SGLang's source, in this order (docker/patch/<version>/).
 SGLANG_PATCHES = ["sglang.patch", "sglang-top_p.patch", "sglang-release_hicache.patch", "sglang-pull_weights.patch"]
@@ -397,7 +397,9 @@ def build_main_parser(slime: SourceTree, megatron_root: Path, stubber: MissingMo
             before[id(action)] = action.default
         return provider(parser)
 
-    parser = captured_parser(lambda: mlm_args.parse_args(extra_args_provider=recording_provider, ignore_unknown_args=True))
+    parser = captured_parser(
+        lambda: mlm_args.parse_args(extra_args_provider=recording_provider, ignore_unknown_args=True)
+    )
     return parser, before
 
 
@@ -420,7 +422,9 @@ def load_sglang_server_args(wheel: SourceTree, slime: SourceTree, patched: bool)
     if patched:
         for name in SGLANG_PATCHES:
             patch = slime.read(f"docker/patch/{PATCH_VERSION}/{name}")
-            source = patch_text(source, patch.replace("a/python/", "a/").replace("b/python/", "b/"), "sglang/srt/server_args.py")
+            source = patch_text(
+                source, patch.replace("a/python/", "a/").replace("b/python/", "b/"), "sglang/srt/server_args.py"
+            )
     provided = {
         "sglang": types.ModuleType("sglang"),
         "sglang.srt.arg_groups.arg_utils": arg_utils,
@@ -495,7 +499,9 @@ def generate(args) -> dict:
 
     unpatched = {
         tuple(a.option_strings)
-        for a in option_actions(build_sglang_parser(slime, load_sglang_server_args(sglang_wheel, slime, False), router_wheel)[0])
+        for a in option_actions(
+            build_sglang_parser(slime, load_sglang_server_args(sglang_wheel, slime, False), router_wheel)[0]
+        )
     }
     sglang_parser, origin = build_sglang_parser(
         slime, load_sglang_server_args(sglang_wheel, slime, True), router_wheel

@@ -55,7 +55,10 @@ from slime_ref.algo.kl import compute_approx_kl
 def count_loss_tokens(loss_masks: list[torch.Tensor]) -> int:
     """Token count for per-token reduction: sum over samples of max(mask sum, 1), as slime counts.
 
-    Call it on every micro-batch of the step and sum (and all-reduce over DP) to get ``num_tokens``.
+    Given all the samples of one optimizer step, this is that step's ``num_tokens``. The Megatron
+    actor needs no all-reduce for it: it counts max(mask sum, 1) per sample once for the whole rollout
+    (``loss_token_counts``) and :func:`slime_ref.backends.megatron.data.schedule_rollout` adds up the
+    counts of each step's samples across all DP ranks.
     """
     return int(sum(max(int(m.sum().item()), 1) for m in loss_masks))
 

@@ -8,31 +8,24 @@ epochs: file order, or a fresh seeded shuffle per epoch with ``--rollout-shuffle
 the rollout hands back (``--partial-rollout``: groups aborted half-way, to be continued); the buffer
 is drained first, through ``--buffer-filter-path`` (default :func:`pop_first`).
 
-``save(rollout_id)`` writes the position (offset, epoch, counters and the buffer) atomically to
-``<--save>/rollout/global_dataset_state_dict_<rollout_id>.json``; ``load(rollout_id)`` reads it from
-``--load``, so a resumed run is served exactly the prompts an uninterrupted run would have been.
+``state_dict()`` is the position (offset, epoch, counters and the buffer); the trainer's checkpoint
+carries it and ``load_state_dict`` restores it on ``--load``, so a resumed run is served exactly the
+prompts an uninterrupted run would have been.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
-import os
 import pickle
 
 from slime_ref.data.dataset import PromptDataset
 from slime_ref.errors import UserError
 from slime_ref.types import Sample
-from slime_ref.utils.fileio import atomic_write_json
 from slime_ref.utils.hooks import load_function
 
 logger = logging.getLogger(__name__)
-
-
-def state_path(directory: str, rollout_id: int) -> str:
-    return os.path.join(directory, "rollout", f"global_dataset_state_dict_{rollout_id}.json")
 
 
 def load_tokenizer(args):
@@ -146,22 +139,6 @@ class RolloutDataSource:
         if self.dataset is not None and self.args.rollout_shuffle:
             self.dataset.shuffle(self.epoch_id)
 
-    def save(self, rollout_id: int) -> None:
-        if not self.args.save:
-            raise ValueError("saving the data source needs --save")
-        atomic_write_json(state_path(self.args.save, rollout_id), self.state_dict())
-
-    def load(self, rollout_id: int | None = None) -> None:
-        """Restore the position saved at ``rollout_id`` under ``--load``; nothing to restore is not an error."""
-        if self.args.load is None or rollout_id is None:
-            return
-        path = state_path(self.args.load, rollout_id)
-        if not os.path.exists(path):
-            logger.info("no data-source state at %s; starting from the first prompt", path)
-            return
-        with open(path, encoding="utf-8") as f:
-            self.load_state_dict(json.load(f))
-
 
 def pop_first(args, rollout_id, buffer: list[list[Sample]], num_samples: int) -> list[list[Sample]]:
     """Default buffer filter: take up to ``num_samples`` groups from the front of the buffer."""
@@ -216,14 +193,19 @@ def make_data_source(args, tokenizer=None):
     return source_class(args)  # slime constructs a data source as cls(args)
 
 
-def resolve_num_rollout(args, data_source) -> int:
-    """Fill ``args.num_rollout`` from ``--num-epoch`` when unset: epochs x (prompts // rollout_batch_size)."""
-    if args.num_rollout is None:
-        per_epoch = len(data_source) // args.rollout_batch_size
-        if per_epoch == 0:
-            raise UserError(
-                f"--num-epoch: {len(data_source)} prompts are fewer than --rollout-batch-size "
-                f"{args.rollout_batch_size}; set --num-rollout or use a smaller batch"
-            )
-        args.num_rollout = per_epoch * args.num_epoch
-    return args.num_rollout
+def resolve_num_rollout(args, num_prompts: int) -> int | None:
+    """Fill ``args.num_rollout`` from ``--num-epoch`` when unset: epochs x (prompts // rollout_batch_size).
+
+    Returns the rollouts in one epoch when ``--num-epoch`` set the count (epoch ends then also trigger
+    save and eval, as in slime), else None. Fewer prompts than one rollout batch is a UserError.
+    """
+    if args.num_rollout is not None:
+        return None
+    per_epoch = num_prompts // args.rollout_batch_size
+    if per_epoch == 0:
+        raise UserError(
+            f"--num-epoch: {num_prompts} prompts are fewer than --rollout-batch-size "
+            f"{args.rollout_batch_size}; set --num-rollout or use a smaller batch"
+        )
+    args.num_rollout = per_epoch * args.num_epoch
+    return per_epoch

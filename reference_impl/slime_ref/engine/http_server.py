@@ -235,7 +235,8 @@ class EngineServer:
             raise RouteError("/generate: input_ids must be a non-empty list of token ids")
         bad = [t for t in input_ids if not 0 <= t < self.runner.vocab_size]
         if bad:
-            raise RouteError(f"/generate: token id(s) {bad[:5]} are outside the vocabulary (size {self.runner.vocab_size})")
+            raise RouteError(f"/generate: token id(s) {bad[:5]} are outside the vocabulary (size "
+                             f"{self.runner.vocab_size})")
         try:
             params = SamplingParams.from_request(raw_params)
         except (ValueError, TypeError) as e:

@@ -80,7 +80,9 @@ class ModelRunner:
         self.vocab_size = self.config.vocab_size
         self.num_layers = self.config.num_hidden_layers
         self.num_kv_heads = self.config.num_key_value_heads
-        self.head_dim = getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads
+        self.head_dim = (
+            getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads
+        )
         max_positions = getattr(self.config, "max_position_embeddings", 2048)
         self.context_length = min(context_length or max_positions, max_positions)
         self.max_running_requests = max_running_requests
@@ -242,7 +244,8 @@ class ModelRunner:
         for name, tensor in named_tensors:
             param = all_params.get(name)
             if param is None:
-                raise WeightLoadError(f"unknown weight name {name!r} (not a parameter of {self.config.architectures[0]})")
+                raise WeightLoadError(f"unknown weight name {name!r} (not a parameter of "
+                                      f"{self.config.architectures[0]})")
             if tuple(param.shape) != tuple(tensor.shape):
                 raise WeightLoadError(
                     f"weight {name!r} has shape {tuple(tensor.shape)}, the model expects {tuple(param.shape)}"

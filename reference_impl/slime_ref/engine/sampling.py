@@ -97,7 +97,9 @@ class SamplingParams:
             raise ValueError(f"max_new_tokens must be a non-negative integer, got {self.max_new_tokens!r}.")
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams], rngs: list[random.Random]) -> tuple[list[int], list[float]]:
+def sample(
+    logits: torch.Tensor, params: list[SamplingParams], rngs: list[random.Random]
+) -> tuple[list[int], list[float]]:
     """Draw one token per row of ``logits`` [B, V] (float32); return the tokens and their log-probs.
 
     Each request draws from its own seeded ``random.Random`` (one uniform number per token), so a

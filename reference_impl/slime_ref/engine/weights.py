@@ -37,7 +37,10 @@ class _TensorHandleUnpickler(pickle.Unpickler):
         allowed = (
             (module == "torch.multiprocessing.reductions" and name.startswith("rebuild_"))
             or (module == "torch.storage" and name in ("UntypedStorage", "TypedStorage"))
-            or (module == "torch" and (name in ("Tensor", "Size") or isinstance(getattr(torch, name, None), torch.dtype)))
+            or (
+                module == "torch"
+                and (name in ("Tensor", "Size") or isinstance(getattr(torch, name, None), torch.dtype))
+            )
         )
         if not allowed:
             raise pickle.UnpicklingError(

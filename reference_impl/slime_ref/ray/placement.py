@@ -2,7 +2,8 @@
 
 Layout of the one placement group (``args`` use slime's flag names)::
 
-    disaggregated: [actor_0 .. actor_{A-1}] [engine bundles: rollout_num_gpus]     A = actor_num_nodes * actor_num_gpus_per_node
+    disaggregated: [actor_0 .. actor_{A-1}] [engine bundles: rollout_num_gpus]
+    (A = actor_num_nodes * actor_num_gpus_per_node)
     --colocate:    [max(A, rollout_num_gpus) bundles, shared by train actors and engines]
 
 On a GPU cluster a bundle is ``{"GPU": 1, "CPU": 1}``. On a machine without GPUs it is ``{"CPU": 1}``

@@ -110,7 +110,7 @@ class RolloutManager:
 
     def start(self) -> int:
         """Load the data source and the rollout function, start engines and router; returns the
-        number of rollouts in one epoch of the prompt data."""
+        number of prompts."""
         from slime_ref.data.source import load_tokenizer, make_data_source
         from slime_ref.utils.hooks import load_function
 
@@ -120,7 +120,7 @@ class RolloutManager:
         if args.rollout_num_gpus and not args.debug_train_only:
             self._start_engines(self.placement)
             self.watch = ServerWatch(self)
-        return self.num_rollout_per_epoch()
+        return len(self.data_source)
 
     # -- engines and router ---------------------------------------------------------------------
 
@@ -183,16 +183,12 @@ class RolloutManager:
             router_add_worker(self.router.url, url)
         logger.warning("engine-%d restarted at %s (was %s)", index, url, old)
 
-    def num_rollout_per_epoch(self) -> int:
-        return max(1, len(self.data_source) // self.args.rollout_batch_size)
-
     # -- rollout ------------------------------------------------------------------------------
 
     @ray.method(num_returns=2)
     def generate(self, rollout_id: int):
         """One rollout: (train data for the trainer, rollout metrics for the log)."""
         from slime_ref.algo.advantages import post_process_rewards
-        from slime_ref.utils.hooks import load_function
 
         start = time.perf_counter()
         with self._watched():
@@ -200,11 +196,7 @@ class RolloutManager:
         groups = output.samples if hasattr(output, "samples") else output
         samples = [s for g in groups for s in g]
         rollout_time = time.perf_counter() - start
-        if self.args.custom_reward_post_process_path:
-            post = load_function(self.args.custom_reward_post_process_path, "--custom-reward-post-process-path")
-            raw, rewards = post(self.args, samples)
-        else:
-            raw, rewards = post_process_rewards(self.args, samples)
+        raw, rewards = post_process_rewards(self.args, samples)  # or --custom-reward-post-process-path
         if self.args.save_debug_rollout_data:
             save_debug_rollout_data(self.args.save_debug_rollout_data, rollout_id, samples)
         data = samples_to_train_data(samples, raw, rewards)

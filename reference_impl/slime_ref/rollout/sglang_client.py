@@ -170,7 +170,9 @@ class SGLangClient:
             except aiohttp.ClientConnectorError as e:  # never connected: the request did not leave
                 last_error = f"cannot connect ({e.os_error or e})"
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                kind = "timed out" if isinstance(e, asyncio.TimeoutError) else f"connection lost ({type(e).__name__}: {e})"
+                kind = (
+                    "timed out" if isinstance(e, asyncio.TimeoutError) else f"connection lost ({type(e).__name__}: {e})"
+                )
                 if not resend_safe:
                     raise EngineError(url, f"{kind}; not retried because repeating {route} is not safe") from e
                 last_error = kind
@@ -344,7 +346,7 @@ class SGLangClient:
                                          flush_cache: bool = False, weight_version: str | None = None,
                                          timeout_s: float = 600.0) -> dict:
         """``serialized_named_tensors``: one base64 payload per TP rank (see
-        :func:`slime_ref.rollout.weight_transfer.serialize_named_tensors`)."""
+        :func:`slime_ref.weights.transfer.serialize_named_tensors`)."""
         body: dict[str, Any] = {"serialized_named_tensors": list(serialized_named_tensors),
                                 "load_format": load_format, "flush_cache": flush_cache}
         if weight_version is not None:

@@ -82,11 +82,11 @@ class WeightSync:
         return {"perf/update_weights_time": time.perf_counter() - start, "perf/update_weights_bytes": num_bytes}
 
     def _send(self, clients, bucket, weight_version: str) -> None:
-        from slime_ref.rollout import weight_transfer as wt
+        from slime_ref.weights import transfer as wt
 
         if self.transport == "tensor":
             # copied and shared here, on the training thread: torch work stays off the event loop's
-            # thread (see weight_transfer.push_serialized)
+            # thread (see transfer.push_serialized)
             payload, keepalive = wt.serialize_flattened_bucket(bucket)
             run(wt.push_serialized(clients, payload, load_format="flattened_bucket", weight_version=weight_version))
             del keepalive  # the engines have copied the tensors
@@ -96,8 +96,8 @@ class WeightSync:
 
     def _connect(self, engine_urls: list[str]) -> None:
         """Build the trainer + engines group once (again only if the engine set changed)."""
-        from slime_ref.rollout import weight_transfer as wt
         from slime_ref.utils.net import allocate_port, node_address
+        from slime_ref.weights import transfer as wt
 
         if self._group is not None and self._group_urls == tuple(engine_urls):
             return
@@ -131,7 +131,7 @@ class WeightSync:
 
     def close(self) -> None:
         if self._group is not None and self.is_sender:
-            from slime_ref.rollout import weight_transfer as wt
+            from slime_ref.weights import transfer as wt
 
             try:
                 run(wt.disconnect_engines(self._group, [self._client(u) for u in self._group_urls]), timeout=60)

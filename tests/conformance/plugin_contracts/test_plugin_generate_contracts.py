@@ -12,9 +12,9 @@ import asyncio
 import inspect
 
 import pytest
-from slime_ref.types import Sample
 
 from plugin_contracts._shared import get_contract_path, load
+from slime_ref.types import Sample
 
 REFERENCE_CUSTOM_GENERATE_PATH = "plugin_contracts.test_plugin_generate_contracts.custom_generate"
 REFERENCE_CUSTOM_GENERATE_WITH_EVAL_PATH = (

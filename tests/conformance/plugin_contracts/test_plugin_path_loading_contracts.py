@@ -17,12 +17,12 @@ import inspect
 from dataclasses import dataclass
 
 import pytest
+
+from plugin_contracts._shared import get_contract_path, load
 from slime_ref.data.source import RolloutDataSourceWithBuffer
 from slime_ref.rollout.filters import DynamicFilterOutput, call_dynamic_filter, should_drop
 from slime_ref.rollout.rewards import async_rm, batched_async_rm
 from slime_ref.types import Sample
-
-from plugin_contracts._shared import get_contract_path, load
 
 
 def make_sample(index: int, reward: float = 1.0) -> Sample:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import inspect
 
 import pytest
+
+from plugin_contracts._shared import get_contract_path, load
 from slime_ref.rollout.sglang_rollout import RolloutFnEvalOutput, RolloutFnTrainOutput, call_rollout_fn
 from slime_ref.rollout.sglang_rollout import generate_rollout as default_generate_rollout
 from slime_ref.types import Sample
-
-from plugin_contracts._shared import get_contract_path, load
 
 DEFAULT_ROLLOUT_FUNCTION_PATH = "slime.rollout.sglang_rollout.generate_rollout"
 REFERENCE_ROLLOUT_FUNCTION_PATH = "plugin_contracts.test_plugin_rollout_contracts.valid_rollout_function"

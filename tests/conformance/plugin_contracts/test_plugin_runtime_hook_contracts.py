@@ -17,10 +17,9 @@ from __future__ import annotations
 import inspect
 from types import SimpleNamespace
 
+from plugin_contracts._shared import get_contract_path, load
 from slime_ref.algo.advantages import post_process_rewards
 from slime_ref.types import Sample
-
-from plugin_contracts._shared import get_contract_path, load
 
 DEFAULT_PATH = "plugin_contracts.test_plugin_runtime_hook_contracts.reference_reward_post_process"
 

@@ -16,6 +16,11 @@ order; the methods are collective.
 5. runs ``--num-steps-per-rollout`` optimizer steps of ``--global-batch-size`` samples.
 
 ``--loss-type sft_loss`` skips 2-4 and trains on the response tokens' log-likelihood.
+
+Each part of a step runs inside ``actor.phase(name)``: a ``torch.profiler`` scope named
+``slime_ref/<name>`` (pack, forward, log_probs, loss, metrics, optimizer, scheduler, advantages), so a
+profile or trace shows where a step's time goes. ``bench/train_throughput.py`` replaces ``phase`` to
+time the parts.
 """
 
 from __future__ import annotations
@@ -45,6 +50,12 @@ logger = logging.getLogger(__name__)
 
 # per-sample response tensors that travel with a micro-batch into the loss
 _LOSS_KEYS = ("loss_masks", "advantages", "returns", "log_probs", "ref_log_probs", "rollout_log_probs")
+
+
+def profiler_scope(name: str):
+    """The part ``name`` of a training step as a ``torch.profiler`` scope ``slime_ref/<name>``
+    (recorded only while a profiler runs)."""
+    return torch.profiler.record_function(f"slime_ref/{name}")
 
 
 class WeightsBackup:
@@ -120,6 +131,7 @@ class MegatronActor:
         self.scheduler = self._build_scheduler()
         self.device = next(self.model.parameters()).device
         self.weights = WeightsBackup(self.model)
+        self.phase = profiler_scope  # the context each part of a step runs in (see the module docstring)
 
         if with_ref is None:
             with_ref = args.use_kl_loss or args.kl_coef != 0
@@ -261,16 +273,23 @@ class MegatronActor:
             self.weights.restore("actor")
 
     def _forward(self, mb: PackedMicroBatch):
-        return self.model(mb.tokens, None, None, packed_seq_params=mb.packed)
+        with self.phase("forward"):
+            return self.model(mb.tokens, None, None, packed_seq_params=mb.packed)
 
     def _score(self, mb: PackedMicroBatch, logits, temperature: float | None = None):
         """(log-probs, entropies) of each response token, with the rollout's sampling temperature."""
-        return response_log_probs(
-            logits, mb.tokens, mb.total_lengths, mb.response_lengths,
-            vocab_size=self.arch.vocab_size,
-            temperature=self.args.rollout_temperature if temperature is None else temperature,
-            chunk_rows=self.args.log_probs_chunk_size,
-        )
+        with self.phase("log_probs"):
+            return response_log_probs(
+                logits, mb.tokens, mb.total_lengths, mb.response_lengths,
+                vocab_size=self.arch.vocab_size,
+                temperature=self.args.rollout_temperature if temperature is None else temperature,
+                chunk_rows=self.args.log_probs_chunk_size,
+            )
+
+    def _pack(self, rollout: dict, step: StepSchedule, keys: tuple[str, ...] = ()) -> list[PackedMicroBatch]:
+        """The step's micro-batches of this rank, packed (``keys``: per-sample tensors to carry along)."""
+        with self.phase("pack"):
+            return [pack_micro_batch(rollout, m, self.device, keys) for m in step.micro_batches]
 
     def _run_schedule(self, micro_batches: list[PackedMicroBatch], loss_fn, *, forward_only: bool) -> list[dict]:
         from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -290,7 +309,9 @@ class MegatronActor:
         )
 
     @torch.no_grad()
-    def compute_log_probs(self, rollout: dict, schedule: list[StepSchedule], tag: str = "actor") -> dict[int, torch.Tensor]:
+    def compute_log_probs(
+        self, rollout: dict, schedule: list[StepSchedule], tag: str = "actor"
+    ) -> dict[int, torch.Tensor]:
         """Response log-probs of this rank's samples under the ``tag`` weights (eval mode).
 
         Returns {sample index: [R_i] fp32 tensor} on the last pipeline stage, {} elsewhere.
@@ -304,7 +325,7 @@ class MegatronActor:
         self.model.eval()
         with self._weights(tag):
             for step in schedule:
-                mbs = [pack_micro_batch(rollout, m, self.device) for m in step.micro_batches]
+                mbs = self._pack(rollout, step)
                 for result in self._run_schedule(mbs, collect, forward_only=True):
                     out.update(zip(result["indices"], result["log_probs"]))
         self.model.train()
@@ -412,8 +433,9 @@ class MegatronActor:
         """
         a = self.args
         start = time.perf_counter()
-        rollout = self._to_tensors(batch)
-        schedule = self._schedule(rollout)
+        with self.phase("pack"):
+            rollout = self._to_tensors(batch)
+            schedule = self._schedule(rollout)
         timers = {"perf/data_preprocess_time": time.perf_counter() - start}
         if a.loss_type == "policy_loss" and a.compute_advantages_and_returns:
             self._prepare_policy_data(rollout, schedule, timers)
@@ -451,7 +473,10 @@ class MegatronActor:
         if not ps.is_pipeline_last_stage():
             return
         mine = [i for step in schedule for mb in step.micro_batches for i in mb]
-        advantages, returns = losses.advantages_and_returns(a, rollout, mine, process_group=ps.get_data_parallel_group())
+        with self.phase("advantages"):
+            advantages, returns = losses.advantages_and_returns(
+                a, rollout, mine, process_group=ps.get_data_parallel_group()
+            )
         rollout["advantages"], rollout["returns"] = [None] * n, [None] * n
         for i, adv, ret in zip(mine, advantages, returns):
             rollout["advantages"][i], rollout["returns"][i] = adv, ret
@@ -465,24 +490,28 @@ class MegatronActor:
 
         def loss_fn(mb, logits):
             log_probs, entropy = self._score(mb, logits)
-            loss, metrics = losses.micro_batch_loss(a, mb, log_probs, entropy, step)
+            with self.phase("loss"):
+                loss, metrics = losses.micro_batch_loss(a, mb, log_probs, entropy, step)
             return loss * scale, metrics
 
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         self.config.grad_scale_func = self.optimizer.scale_loss
         self.config.finalize_model_grads_func = finalize_model_grads
-        mbs = [pack_micro_batch(rollout, m, self.device, _LOSS_KEYS) for m in step.micro_batches]
+        mbs = self._pack(rollout, step, _LOSS_KEYS)
         results = self._run_schedule(mbs, loss_fn, forward_only=False)
         # read the metrics before the optimizer runs: the read waits for the backward only (the
         # optimizer's gradient-norm read waits there anyway), and the optimizer's kernels then
         # overlap whatever the host does next instead of being waited for
-        metrics = self._reduce_metrics(results)
+        with self.phase("metrics"):
+            metrics = self._reduce_metrics(results)
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses
-        update_ok, grad_norm, _ = self.optimizer.step()
+        with self.phase("optimizer"):
+            update_ok, grad_norm, _ = self.optimizer.step()
         if not update_ok:
             raise RuntimeError("optimizer step failed (non-finite gradients)")
-        self.scheduler.step(increment=step.num_samples)
+        with self.phase("scheduler"):
+            self.scheduler.step(increment=step.num_samples)
         metrics["train/grad_norm"] = float(grad_norm)
         metrics["train/lr"] = lr
         return metrics

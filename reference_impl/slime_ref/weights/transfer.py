@@ -75,7 +75,9 @@ async def connect_engines(
     return group
 
 
-def buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+def buckets(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Group tensors in order into lists of at most ``bucket_bytes`` (a larger tensor goes alone)."""
     bucket, size = [], 0
     for name, tensor in named_tensors:

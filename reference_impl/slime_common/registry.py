@@ -11,7 +11,7 @@ The data (``data/slime_v0.3.1_flags.json``) is generated from the pinned sources
 
 Usage::
 
-    from slime_check.registry import load_registry
+    from slime_common.registry import load_registry
     reg = load_registry()
     reg.lookup("--rollout-batch-size").default      # None (required)
     reg.suggest("--rollout-batchsize")              # ["--rollout-batch-size"]
@@ -27,6 +27,10 @@ from importlib import resources
 from typing import Any
 
 REGISTRY_FILE = "slime_v0.3.1_flags.json"
+
+# slime's own ``--*-path`` flags that name a YAML file; every other one names a Python object that
+# slime loads with ``load_function`` (a hook).
+CONFIG_FILE_FLAGS = frozenset({"--custom-config-path", "--megatron-config-path"})
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,13 @@ class Registry:
                 return flag
         return None
 
+    def hook_flags(self) -> tuple[str, ...]:
+        """slime's hook flags: its own ``--*-path`` flags whose value is a dotted import path."""
+        return tuple(sorted(
+            name for flag in self.flags if flag.source == "slime"
+            for name in flag.flags if name.endswith("-path") and name not in CONFIG_FILE_FLAGS
+        ))
+
     def abbreviation_of(self, name: str) -> list[Flag]:
         """Flags the ``sglang`` parser would take ``name`` for (argparse prefix matching)."""
         name = name.split("=", 1)[0]
@@ -135,7 +146,7 @@ class Registry:
 
 @lru_cache(maxsize=1)
 def load_registry() -> Registry:
-    text = resources.files("slime_check").joinpath("data", REGISTRY_FILE).read_text()
+    text = resources.files("slime_common").joinpath("data", REGISTRY_FILE).read_text()
     return Registry(json.loads(text))
 
 
