@@ -111,8 +111,9 @@ def find_checkpoint(path: str | Path, step: int | None = None) -> Path | None:
     if not (ckpt / CONFIG_FILE).is_file():
         who = f"--ckpt-step {step}" if step is not None else f"the tracker ({TRACKER})"
         found = _iterations(path)
-        raise UserError(f"--load {path}: {who} names {ckpt.name}, which is missing or incomplete (no {CONFIG_FILE}); "
-                        + (f"complete checkpoints here: {', '.join(found)}" if found else "no complete checkpoint here"))
+        here = f"complete checkpoints here: {', '.join(found)}" if found else "no complete checkpoint here"
+        raise UserError(f"--load {path}: {who} names {ckpt.name}, which is missing or incomplete "
+                        f"(no {CONFIG_FILE}); {here}")
     return ckpt
 
 
