@@ -19,16 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-
-def grpo_flags(tiny, out: Path, *extra: str) -> list[str]:
-    return [
-        "--hf-checkpoint", str(tiny.model_dir), "--prompt-data", str(tiny.train_path),
-        "--input-key", "prompt", "--label-key", "label", "--apply-chat-template", "--rm-type", "math",
-        "--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--global-batch-size", "16",
-        "--rollout-max-response-len", "6", "--lr", "1e-4", "--attention-dropout", "0", "--hidden-dropout", "0",
-        "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096", "--check-weight-update-equal",
-        "--output-dir", str(out), *extra,
-    ]
+from _runs import grpo_flags
 
 
 def run_train(flags: list[str], command: str = "train", timeout: float = 600) -> subprocess.CompletedProcess:

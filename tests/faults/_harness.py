@@ -21,18 +21,11 @@ import psutil
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
+sys.path.insert(0, str(TESTS))  # the helpers the other end-to-end tests use
 
+from _runs import grpo_flags  # noqa: E402  (re-exported for the fault tests)
 
-def grpo_flags(tiny, out: Path, *extra: str) -> list[str]:
-    """The tiny GRPO job the fault tests break (the same shape as tests/test_train_e2e.py's)."""
-    return [
-        "--hf-checkpoint", str(tiny.model_dir), "--prompt-data", str(tiny.train_path),
-        "--input-key", "prompt", "--label-key", "label", "--apply-chat-template", "--rm-type", "math",
-        "--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--global-batch-size", "16",
-        "--rollout-max-response-len", "6", "--lr", "1e-4", "--attention-dropout", "0", "--hidden-dropout", "0",
-        "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096", "--check-weight-update-equal",
-        "--output-dir", str(out), *extra,
-    ]
+__all__ = ["LaunchedRun", "assert_clean_stop", "engine_state", "grpo_flags"]
 
 
 class LaunchedRun:
