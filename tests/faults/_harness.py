@@ -73,7 +73,9 @@ class LaunchedRun:
                 raise AssertionError(f"the run did not end within {timeout:.0f}s:\n{self.stderr()[-3000:]}")
             self.snapshot()
             time.sleep(0.2)
-        return self.proc.returncode, time.monotonic() - start
+        took = time.monotonic() - start
+        print(f"run ended: exit {self.proc.returncode}, {took:.1f} s after finish() was called")  # shown by -rP
+        return self.proc.returncode, took
 
     def leftovers(self, timeout: float = 30) -> list[str]:
         """Processes of the run still alive ``timeout`` seconds after it ended (none, when it cleans up)."""
@@ -88,6 +90,7 @@ class LaunchedRun:
                 except psutil.NoSuchProcess:
                     continue
             if not alive or time.monotonic() > deadline:
+                print(f"processes of the run left: {len(alive)} of {len(self.seen)} seen")
                 return alive
             time.sleep(0.5)
 
