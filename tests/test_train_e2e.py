@@ -173,9 +173,10 @@ def test_help_lists_slime_flags():
 @pytest.mark.slow  # a real run: Ray, engines, router, Megatron
 def test_joins_a_separately_started_ray_head(tiny, tmp_path):
     """Multi-node goes through an existing cluster: `ray start --head`, then RAY_ADDRESS."""
-    from slime_ref.utils.net import allocate_port
+    from slime_ref.utils.net import PortAllocator
 
-    port = allocate_port()
+    # Ray refuses a GCS port inside its own worker-port range (10002-19999, where slime-ref's start)
+    port = PortAllocator(base=20000).allocate()
     # a short path: Ray's socket paths under it must fit the 107-byte Unix limit
     ray_dir = tempfile.mkdtemp(prefix="ray-join-", dir="/tmp")
     ray_bin = str(Path(sys.executable).with_name("ray"))
