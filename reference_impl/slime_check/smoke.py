@@ -331,7 +331,8 @@ def _family_tiny(out: Path, src: Path, user_cfg: dict, family: str, tok_local: b
     model.save_pretrained(model_dir, safe_serialization=True)
     tokenizer.save_pretrained(model_dir)
     findings.append(Finding("smoke.model", Status.PASS, f"tiny {family} (2 layers, {tiny_heads} heads, GQA "
-                            f"{ratio}:1, tied embeddings {cfg.tie_word_embeddings}, rope base {user_cfg.get('rope_theta', 10000.0):g}), "
+                            f"{ratio}:1, tied embeddings {cfg.tie_word_embeddings}, "
+                            f"rope base {user_cfg.get('rope_theta', 10000.0):g}), "
                             f"random weights, {'your' if tok_local else 'our'} tokenizer: {model_dir}"))
     return model_dir, findings
 
@@ -415,7 +416,7 @@ def _probe_rm(hook_id, fn, args, first, rest, kwargs):
     for style in ("plain", "boxed"):
         def with_label(s):
             s = copy.copy(s)
-            s.response = str(s.label) if style == "plain" else "\\boxed{{" + str(s.label) + "}}"
+            s.response = str(s.label) if style == "plain" else "\\\\boxed{{" + str(s.label) + "}}"
             return s
 
         probe = [with_label(s) for s in first] if isinstance(first, list) else with_label(first)
@@ -491,6 +492,48 @@ def write_hooks(hooks: dict[str, tuple[str, str]], out: Path) -> Path:
     calls.mkdir(parents=True, exist_ok=True)
     (folder / f"{HOOK_MODULE}.py").write_text(WRAPPER.format(calls=str(calls), hooks=hooks))
     return folder
+
+
+PREFLIGHT = """
+import json, sys
+import slime_smoke_hooks as hooks
+errors = {}
+for hook_id in hooks.HOOKS:
+    try:
+        getattr(hooks, hook_id)
+    except BaseException as e:
+        errors[hook_id] = " ".join(str(e).split())
+print("SMOKE-PREFLIGHT " + json.dumps(errors))
+"""
+
+
+def preflight_hooks(hooks: dict[str, tuple[str, str]], env: dict) -> list[Finding]:
+    """Import every hook the way the run will (same PYTHONPATH), before anything starts."""
+    if not hooks:
+        return []
+    try:
+        done = subprocess.run([sys.executable, "-c", PREFLIGHT], env=env, capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return [Finding("smoke.hook_import", Status.WARN, "importing the hooks took over 300 s; not checked.",
+                        "Check what the hook modules do at import.", HOOK_DOC)]
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("SMOKE-PREFLIGHT ")), None)
+    if line is None:
+        tail = " ".join((done.stderr or "").strip().splitlines()[-1:])
+        return [Finding("smoke.hook_import", Status.FAIL, f"importing the hooks crashed the interpreter: {tail}",
+                        "Import the hook module by hand to see why.", HOOK_DOC)]
+    errors = json.loads(line.split(" ", 1)[1])
+    out = []
+    for hook_id, (flag, path) in hooks.items():
+        if hook_id in errors:
+            message = errors[hook_id].removeprefix(f"{HOOK_MODULE}.")
+            out.append(Finding("smoke.hook_import", Status.FAIL, f"{flag} {path} cannot be loaded: {message}",
+                               "Fix the import (the module's folder must be on the workers' PYTHONPATH, e.g. in "
+                               "ray job submit's runtime env); names missing from the slime compatibility layer "
+                               "are listed in " + DOC + ".", HOOK_DOC))
+        else:
+            out.append(Finding("smoke.hook_import", Status.PASS, f"{flag} {path} imports"))
+    return out
 
 
 def hook_counts(hooks: dict[str, tuple[str, str]], out: Path) -> dict[str, dict]:
@@ -823,6 +866,8 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     hook_dir = write_hooks(shrunk.hooks, out)
     compat = opts.engine == "slime-ref" and not slime_importable()
     env = run_env(opts, job, hook_dir, compat)
+    imports = preflight_hooks(shrunk.hooks, env)
+    findings += imports
     if opts.engine == "slime-ref":
         cmd = slime_ref_cmd(job.entry, shrunk.argv)
         shown = ["slime-ref", cmd[3], *shrunk.argv]
@@ -841,6 +886,10 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     if console is not None:
         console.print("[bold]rewritten command[/bold] (" + str(out / "smoke-command.sh") + "):")
         console.print(" ".join(shlex.quote(w) for w in shown), soft_wrap=True, markup=False, highlight=False)
+
+    if any(f.status is Status.FAIL for f in imports) and not opts.force:
+        report["stopped"] = "a hook cannot be imported; nothing was run (pass --force to run anyway)"
+        return findings, report
 
     t = time.perf_counter()
     ray_head = None
