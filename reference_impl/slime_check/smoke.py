@@ -207,16 +207,22 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
     changes = [f"--num-rollout {opts.rollouts}", f"--rollout-batch-size {batch}", f"--n-samples-per-prompt {n}",
                f"--global-batch-size {batch * n // steps} (rollout_batch_size*n_samples_per_prompt == "
                f"global_batch_size*num_steps_per_rollout)", f"--rollout-max-response-len {cap}",
-               f"--hf-checkpoint {model_dir} (tiny model)", "MODEL_ARGS dropped (config.json of the tiny model)",
-               "parallelism 1, one engine", f"outputs under {out}", "--check-weight-update-equal"]
+               f"outputs under {out}", "--check-weight-update-equal"]
+    if opts.engine != "slime":
+        changes += [f"--hf-checkpoint {model_dir} (tiny model)", "MODEL_ARGS dropped (config.json of the tiny model)",
+                    "parallelism 1, one engine"]
     keep: list[str] = []
     hooks: dict[str, tuple[str, str]] = {}
     has_eval = last(items, "--eval-prompt-data") is not None
     replaced = {"--num-rollout", "--rollout-batch-size", "--n-samples-per-prompt", "--global-batch-size",
                 "--rollout-max-response-len", "--hf-checkpoint", "--prompt-data", "--save", "--output-dir",
                 "--num-steps-per-rollout", "--check-weight-update-equal"}
+    real = opts.engine == "slime"  # the real run keeps the model, its MODEL_ARGS, layout and checkpoints to read
+    kept_for_real = MODEL_FLAGS | set(LAYOUT) | EXPERT_FLAGS | {"--load", "--ref-load", "--rollout-num-gpus",
+                                                                "--num-gpus-per-node", "--sglang-mem-fraction-static",
+                                                                "--micro-batch-size"}
     for flag, values in items:
-        if flag in DROPPED or flag in replaced:
+        if (flag in DROPPED and not (real and flag in kept_for_real)) or flag in replaced:
             continue
         if flag in HOOK_FLAGS and values:
             wrapped = []
@@ -232,7 +238,7 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
         "--num-rollout", str(opts.rollouts), "--rollout-batch-size", str(batch), "--n-samples-per-prompt", str(n),
         "--global-batch-size", str(batch * n // steps), "--num-steps-per-rollout", str(steps),
         "--rollout-max-response-len", str(cap), "--check-weight-update-equal",
-        *[x for k, v in LAYOUT.items() if last(items, k) is not None for x in (k, v)],
+        *([] if real else [x for k, v in LAYOUT.items() if last(items, k) is not None for x in (k, v)]),
         "--output-dir", str(out / "run"),
     ]
     if last(items, "--save") is not None:
@@ -240,7 +246,7 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
     if last(items, "--use-wandb") is not None:
         argv += ["--use-wandb", "--wandb-mode", "offline"]
         changes.append("W&B offline")
-    if last(items, "--rollout-num-gpus") is not None and last(items, "--colocate") is None:
+    if not real and last(items, "--rollout-num-gpus") is not None and last(items, "--colocate") is None:
         argv += ["--rollout-num-gpus", "1"]
     if has_eval and data.get("eval"):
         argv += ["--eval-prompt-data", *[x for name, p in data["eval"] for x in (name, str(p))],
@@ -670,6 +676,7 @@ def run_env(opts: SmokeOptions, job: Job, hook_dir: Path | None, compat: bool) -
         "PYTHONPATH": os.pathsep.join(paths), "PYTHONUNBUFFERED": "1", "COLUMNS": "200",
         "WANDB_MODE": "offline", "WANDB_DIR": str(opts.out / "wandb"),
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONPYCACHEPREFIX": str(opts.out / "pycache"),  # no __pycache__ next to the user's hooks
     })
     (opts.out / "wandb").mkdir(parents=True, exist_ok=True)
     ray_tmp = opts.out / "ray"
@@ -861,8 +868,6 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
         return findings, report
 
     shrunk = shrink(job, opts, model_dir, data)
-    if opts.engine == "slime":  # the real run keeps the user's model; only sizes change
-        shrunk.argv = [a for a in shrunk.argv]
     hook_dir = write_hooks(shrunk.hooks, out)
     compat = opts.engine == "slime-ref" and not slime_importable()
     env = run_env(opts, job, hook_dir, compat)
