@@ -16,7 +16,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from slime_check.findings import Status
 from slime_check.log_signatures import scan
 from slime_check.smoke import Job, SmokeOptions, last, shrink, split_flags
@@ -119,7 +118,8 @@ LOGS = {
     "smoke.log.engine_exit": "ray::SGLangEngine.init() Exception: Server process terminated unexpectedly.",
     "smoke.log.hook_import": "(RolloutManager pid=77) ModuleNotFoundError: No module named 'my_rewards'",
     "smoke.log.data_key": "(RolloutManager pid=77) KeyError: 'question'",
-    "smoke.log.weight_check": "(SGLangEngine pid=4121) check tensor equality failed: name=model.layers.0.mlp max_abs_err=0.5",
+    "smoke.log.weight_check": "(SGLangEngine pid=4121) check tensor equality failed: name=model.layers.0.mlp "
+                              "max_abs_err=0.5",
     "smoke.log.nan": "(MegatronTrainRayActor pid=812) RuntimeError: Rank 0: found NaN in local grad norm for bucket #0 "
                      "in backward pass before data-parallel communication collective",
     "smoke.log.router_unreachable": "(RolloutManager pid=77) Max retries (60) reached, failing... "
@@ -155,7 +155,8 @@ def test_compat_layer_provides_slimes_hook_imports_and_names_a_missing_one():
     from slime_check.compat import ROOT
 
     code = ("from slime.utils.types import Sample\nfrom slime.utils.http_utils import post\n"
-            "from slime.rollout.sglang_rollout import GenerateState\nfrom slime.rollout.rm_hub import batched_async_rm\n"
+            "from slime.rollout.sglang_rollout import GenerateState\n"
+            "from slime.rollout.rm_hub import batched_async_rm\n"
             "from slime.utils.misc import load_function\n"
             "from slime.rollout.filter_hub.dynamic_sampling_filters import check_reward_nonzero_std\n"
             "from slime.rollout.data_source import RolloutDataSourceWithBuffer\n"
