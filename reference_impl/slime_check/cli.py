@@ -177,6 +177,7 @@ def smoke(slime_dir, engine, out, rollouts, timeout_s, env, force, as_json, scri
     \b
       slime-check smoke run-qwen3-4B.sh --out /tmp/smoke
       slime-check smoke --with slime --slime-dir ~/slime run-qwen3-4B.sh
+      slime-check smoke -- --hf-checkpoint DIR --prompt-data FILE ...   (a train.py argv)
 
     Checks first (config, prereqs), then runs the shrunk job (OUT/smoke-command.sh) on slime-ref
     (CPU) or slime, counts each hook's calls, and reports rewards, truncation, the weight-update
