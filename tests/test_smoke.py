@@ -357,9 +357,10 @@ def test_a_reward_always_zero_and_every_response_truncated_are_findings(short_tm
 @pytest.mark.slow
 def test_ctrl_c_stops_the_run_and_leaves_nothing(short_tmp, tiny):
     out = short_tmp / "out"
+    shown = open(short_tmp / "stdout.txt", "wb")  # a file: a full pipe would stall the streamed log
     proc = subprocess.Popen([*CLI, "smoke", str(_script(short_tmp, tiny)), "--out", str(out),
                              "--env", f"TINY={tiny.root}", "--env", f"SAVE_DIR={short_tmp / 'user-ckpt'}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), start_new_session=True)
+                            stdout=shown, stderr=subprocess.PIPE, env=_env(), start_new_session=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not (out / "run" / "args.json").exists():
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
@@ -367,6 +368,7 @@ def test_ctrl_c_stops_the_run_and_leaves_nothing(short_tmp, tiny):
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=180)
+    shown.close()
     assert proc.returncode == 130, err.decode()[-3000:]
     assert "Traceback" not in err.decode()
     deadline = time.monotonic() + 60
