@@ -378,13 +378,25 @@ def write_data(items, out: Path) -> tuple[dict, list[Finding]]:
 
 WRAPPER = '''"""Counts the calls of each hook of a slime-check smoke run (generated; see slime_check/smoke.py)."""
 import functools
+import importlib
 import inspect
 import os
 
-from slime_ref.utils.hooks import load_function
-
 CALLS = {calls!r}
 HOOKS = {hooks!r}
+REAL_SLIME = {real!r}  # the real slime loads its own built-in hooks; slime-ref maps them to its counterparts
+
+
+def load_function(path, flag):
+    if not REAL_SLIME:
+        from slime_ref.utils.hooks import load_function as load
+
+        return load(path, flag)
+    module, _, attr = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except Exception as e:
+        raise ImportError(f"{{flag}} {{path!r}}: {{type(e).__name__}}: {{e}}") from e
 
 
 def _note(hook_id, kind, text=b"1"):
@@ -492,11 +504,11 @@ def __getattr__(name):
 '''
 
 
-def write_hooks(hooks: dict[str, tuple[str, str]], out: Path) -> Path:
+def write_hooks(hooks: dict[str, tuple[str, str]], out: Path, real_slime: bool = False) -> Path:
     folder = out / "hooks"
     calls = folder / "calls"
     calls.mkdir(parents=True, exist_ok=True)
-    (folder / f"{HOOK_MODULE}.py").write_text(WRAPPER.format(calls=str(calls), hooks=hooks))
+    (folder / f"{HOOK_MODULE}.py").write_text(WRAPPER.format(calls=str(calls), hooks=hooks, real=real_slime))
     return folder
 
 
@@ -868,7 +880,7 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
         return findings, report
 
     shrunk = shrink(job, opts, model_dir, data)
-    hook_dir = write_hooks(shrunk.hooks, out)
+    hook_dir = write_hooks(shrunk.hooks, out, real_slime=opts.engine == "slime")
     compat = opts.engine == "slime-ref" and not slime_importable()
     env = run_env(opts, job, hook_dir, compat)
     imports = preflight_hooks(shrunk.hooks, env)
