@@ -974,6 +974,16 @@ def start_ray_head(out: Path, env: dict) -> RayHead:
     if "RAY_TMPDIR" in env:
         cmd += ["--temp-dir", env["RAY_TMPDIR"]]
     launched = Launched(cmd, env, out / "ray-head.log")
+    import socket
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and launched.proc.poll() is None:  # GCS listening: the head is up
+        launched.snapshot()
+        with socket.socket() as sock:
+            sock.settimeout(1)
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.5)
     return RayHead(launched, f"127.0.0.1:{port}")
 
 
