@@ -375,3 +375,67 @@ def test_ctrl_c_stops_the_run_and_leaves_nothing(short_tmp, tiny):
     while _processes_mentioning(str(short_tmp)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _processes_mentioning(str(short_tmp)) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the tiny stand-in model, and the verdict on a finished run
+
+
+def test_tiny_model_keeps_the_users_family_shape(tmp_path):
+    from slime_check.smoke import build_model
+
+    user = tmp_path / "Llama-3.1-8B"
+    user.mkdir()
+    (user / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "vocab_size": 128256, "rope_theta": 500000.0,
+        "tie_word_embeddings": True, "rms_norm_eps": 1e-5}))
+    model_dir, findings = build_model([("--hf-checkpoint", [str(user)])], tmp_path / "out")
+    cfg = json.loads((model_dir / "config.json").read_text())
+    assert cfg["model_type"] == "llama" and cfg["num_hidden_layers"] == 2
+    assert cfg["num_attention_heads"] // cfg["num_key_value_heads"] == 4 and cfg["tie_word_embeddings"] is True
+    assert {f.id: f.status for f in findings}["smoke.tokenizer"] is Status.WARN  # no tokenizer files here
+
+
+def test_a_family_slime_ref_does_not_build_becomes_the_nearest_dense_shape_with_a_warning(tmp_path):
+    from slime_check.smoke import build_model
+
+    user = tmp_path / "moe"
+    user.mkdir()
+    (user / "config.json").write_text(json.dumps({"model_type": "deepseek_v3", "num_attention_heads": 128,
+                                                  "num_key_value_heads": 128}))
+    model_dir, findings = build_model([("--hf-checkpoint", [str(user)])], tmp_path / "out")
+    assert json.loads((model_dir / "config.json").read_text())["model_type"] == "qwen3"
+    warn = [f for f in findings if f.id == "smoke.model" and f.status is Status.WARN]
+    assert warn and "'deepseek_v3'" in warn[0].finding
+
+
+def _result(rewards, truncated, probe=(), rc=0, errors=0):
+    metrics = [{"rollout/raw_reward": r, "rollout/truncated_ratio": t, "rollout/zero_std_ratio": 1.0,
+                "rollout/response_length": 30.0, "perf/weight_check_max_abs_diff": 0.0}
+               for r, t in zip(rewards, truncated, strict=True)]
+    hooks = {"h0": {"flag": "--custom-rm-path", "path": "my.rm", "calls": 8, "errors": errors,
+                    "first_error": "ValueError: bad" if errors else None, "label_probe": list(probe)}}
+    return {"returncode": rc, "timed_out": False, "log": "", "metrics": metrics, "hooks": hooks, "wall_s": 10.0}
+
+
+def _verdict(result, user_len):
+    from slime_check.smoke import Shrunk, verdict
+
+    shrunk = Shrunk([], [], {}, [], user_len, {})
+    return {f.id: f for f in verdict(result, shrunk, SmokeOptions(out=Path("/tmp/x")))}
+
+
+def test_verdict_reward_zero_even_for_the_label_fails_but_equal_rewards_only_warn():
+    assert _verdict(_result([0, 0], [0.5, 0.5], probe=[0.0, 0.0]), 512)["smoke.reward"].status is Status.FAIL
+    assert _verdict(_result([0, 0], [0.5, 0.5], probe=[0.0, 1.0]), 512)["smoke.reward"].status is Status.WARN
+
+
+def test_verdict_truncation_fails_only_at_the_users_own_length():
+    assert _verdict(_result([0], [1.0]), 8)["smoke.truncation"].status is Status.FAIL
+    assert _verdict(_result([0], [1.0]), 4096)["smoke.truncation"].status is Status.PASS  # the smoke cap
+
+
+def test_verdict_names_a_hook_that_raised():
+    found = _verdict(_result([0], [0.0], rc=1, errors=1), 512)
+    assert found["smoke.hook_error"].status is Status.FAIL and "ValueError: bad" in found["smoke.hook_error"].finding
