@@ -689,6 +689,8 @@ def run_env(opts: SmokeOptions, job: Job, hook_dir: Path | None, compat: bool) -
         "WANDB_MODE": "offline", "WANDB_DIR": str(opts.out / "wandb"),
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
         "PYTHONPYCACHEPREFIX": str(opts.out / "pycache"),  # no __pycache__ next to the user's hooks
+        "MPLCONFIGDIR": str(opts.out / "cache" / "matplotlib"),  # the run's plots: font cache under OUT
+        "XDG_CACHE_HOME": str(opts.out / "cache"),
     })
     (opts.out / "wandb").mkdir(parents=True, exist_ok=True)
     ray_tmp = opts.out / "ray"
@@ -992,7 +994,9 @@ def render_report(findings: list[Finding], report: dict, console) -> None:
 
     from slime_check.findings import render
 
-    render(findings, "slime-check smoke", console)
+    # prereqs' passing rows are in --json; the table keeps what needs reading
+    shown = [f for f in findings if not (f.status is Status.PASS and f.group in ("packages", "system"))]
+    render(shown, "slime-check smoke", console)
     if "stopped" in report:
         console.print(f"[bold]not run:[/bold] {report['stopped']}")
         return
