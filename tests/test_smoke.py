@@ -439,3 +439,22 @@ def test_verdict_truncation_fails_only_at_the_users_own_length():
 def test_verdict_names_a_hook_that_raised():
     found = _verdict(_result([0], [0.0], rc=1, errors=1), 512)
     assert found["smoke.hook_error"].status is Status.FAIL and "ValueError: bad" in found["smoke.hook_error"].finding
+
+
+def test_with_slime_starts_a_ray_head_of_its_own_and_stops_it(short_tmp, tiny):
+    slime_dir = _stub_slime(short_tmp)
+    out = short_tmp / "out"
+    env = _env()
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([*CLI, "smoke", "--with", "slime", "--slime-dir", str(slime_dir), "--force", "--json",
+                           "--out", str(out), "--", *_argv_job(tiny)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    log = (out / "smoke.log").read_text()
+    address = json.loads(next(ln for ln in log.splitlines() if ln.startswith("env "))[4:])["RAY_ADDRESS"]
+    assert address.startswith("127.0.0.1:") and address != "127.0.0.1:6379"  # a free port, not the default
+    assert "Traceback" not in (out / "ray-head.log").read_text()
+    deadline = time.monotonic() + 30
+    while _processes_mentioning(str(short_tmp)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _processes_mentioning(str(short_tmp)) == []

@@ -967,25 +967,44 @@ class RayHead:
         self.launched.stop(grace_s=10)
 
 
-def start_ray_head(out: Path, env: dict) -> RayHead:
-    from slime_ref.utils.net import allocate_port as free_port
+def _free_port() -> int:
+    """A free loopback port outside Ray's default worker range (10002-19999)."""
+    import socket
 
-    port, dash = free_port(), free_port()
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if not 10000 <= port < 20000:
+            return port
+
+
+def start_ray_head(out: Path, env: dict) -> RayHead:
+    import socket
+
+    from slime_ref.errors import RunError
+
+    port = _free_port()
     cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-           "--port", str(port), "--dashboard-port", str(dash), "--include-dashboard", "false", "--disable-usage-stats"]
+           "--port", str(port), "--dashboard-port", str(_free_port()), "--include-dashboard", "false",
+           "--ray-client-server-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port()),
+           "--disable-usage-stats"]
     if "RAY_TMPDIR" in env:
         cmd += ["--temp-dir", env["RAY_TMPDIR"]]
     launched = Launched(cmd, env, out / "ray-head.log")
-    import socket
-
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and launched.proc.poll() is None:  # GCS listening: the head is up
+    up = False
+    while not up and time.monotonic() < deadline and launched.proc.poll() is None:  # GCS listening: the head is up
         launched.snapshot()
         with socket.socket() as sock:
             sock.settimeout(1)
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.5)
+            up = sock.connect_ex(("127.0.0.1", port)) == 0
+        if not up:
+            time.sleep(0.5)
+    if not up:
+        launched.stop(grace_s=10)
+        raise RunError(f"the Ray head for the smoke run did not start; see {out / 'ray-head.log'} "
+                       "(or set RAY_ADDRESS to a cluster of yours)")
     return RayHead(launched, f"127.0.0.1:{port}")
 
 
