@@ -458,3 +458,12 @@ def test_with_slime_starts_a_ray_head_of_its_own_and_stops_it(short_tmp, tiny):
     while _processes_mentioning(str(short_tmp)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _processes_mentioning(str(short_tmp)) == []
+
+
+def test_flags_slime_ref_does_not_implement_are_left_out_and_named():
+    from slime_check.smoke import drop_unimplemented
+
+    kept, dropped = drop_unimplemented(["--lr", "1e-6", "--optimizer-cpu-offload", "--attention-softmax-in-fp32",
+                                        "--sglang-mem-fraction-static", "0.7", "--colocate"])
+    assert dropped == ["--optimizer-cpu-offload", "--attention-softmax-in-fp32"]
+    assert kept == ["--lr", "1e-6", "--sglang-mem-fraction-static", "0.7", "--colocate"]

@@ -258,6 +258,25 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
     return Shrunk(argv, changes, hooks, [], user_len, full)
 
 
+def drop_unimplemented(argv: list[str]) -> tuple[list[str], list[str]]:
+    """slime's flags slime-ref's parser does not declare (nor passes to SGLang or the router) are left out
+    of the rehearsal, and named; slime-ref would refuse them."""
+    from slime_ref.arguments import build_parser
+
+    from slime_check.registry import load_registry
+
+    known = set(build_parser()._option_string_actions)
+    reg = load_registry()
+    kept, dropped = [], []
+    for flag, values in split_flags(argv):
+        spec = reg.lookup(flag)
+        if flag not in known and spec is not None and spec.source not in ("sglang", "sglang-patch", "router"):
+            dropped.append(flag)
+            continue
+        kept += [flag, *values]
+    return kept, dropped
+
+
 # ---------------------------------------------------------------------------------------------
 # assets: the tiny model, the first rows of the data, the hook wrappers
 
@@ -882,6 +901,13 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
         return findings, report
 
     shrunk = shrink(job, opts, model_dir, data)
+    if opts.engine == "slime-ref":
+        shrunk.argv, dropped = drop_unimplemented(shrunk.argv)
+        if dropped:
+            findings.append(Finding("smoke.not_rehearsed", Status.WARN, f"slime-ref does not implement "
+                                    f"{', '.join(dropped)}: left out of this rehearsal.", "Rehearse them with "
+                                    "--with slime on a GPU node if they matter to the run.", DOC))
+            shrunk.changes.append("left out (slime-ref does not implement them): " + ", ".join(dropped))
     hook_dir = write_hooks(shrunk.hooks, out, real_slime=opts.engine == "slime")
     compat = opts.engine == "slime-ref" and not slime_importable()
     env = run_env(opts, job, hook_dir, compat)
