@@ -122,6 +122,8 @@ LOGS = {
                               "max_abs_err=0.5",
     "smoke.log.nan": "(MegatronTrainRayActor pid=812) RuntimeError: Rank 0: found NaN in local grad norm for bucket #0 "
                      "in backward pass before data-parallel communication collective",
+    "smoke.log.ray_start": "Exception: The current node timed out during startup. This could happen because some "
+                           "of the raylet failed to startup or the GCS has become overloaded.",
     "smoke.log.router_unreachable": "(RolloutManager pid=77) Max retries (60) reached, failing... "
                                     "(url=http://10.0.0.1:3000/generate)",
 }
