@@ -922,9 +922,11 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
         cmd = slime_cmd(opts.slime_dir, job.entry, shrunk.argv)
         shown = ["python3", str(opts.slime_dir / job.entry), *shrunk.argv]
     exports = {k: env[k] for k in ("PYTHONPATH", "WANDB_MODE", "WANDB_DIR", "RAY_TMPDIR") if k in env}
+    lines = [" ".join(shlex.quote(w) for w in shown[:len(shown) - len(shrunk.argv)])]
+    lines += [" ".join(shlex.quote(w) for w in (flag, *values)) for flag, values in split_flags(shrunk.argv)]
     script = "#!/bin/bash\n# written by slime-check smoke: the rehearsal of " + job.source + "\n" + "".join(
-        f"export {k}={shlex.quote(v)}\n" for k, v in {**job.env, **opts.env, **exports}.items()) + " \\\n  ".join(
-        shlex.quote(w) for w in shown) + "\n"
+        f"export {k}={shlex.quote(v)}\n" for k, v in {**job.env, **opts.env, **exports}.items()) + " \\\n   ".join(
+        lines) + "\n"
     (out / "smoke-command.sh").write_text(script)
     report.update({"command": shown, "command_file": str(out / "smoke-command.sh"), "changes": shrunk.changes,
                    "compat_slime": compat})
