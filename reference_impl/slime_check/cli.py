@@ -154,6 +154,66 @@ def config(slime_dir, env, as_json, script_or_args) -> None:
     sys.exit(exit_code(findings))
 
 
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--slime-dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="A slime checkout: sourced scripts are read from it; --with slime runs its train.py.")
+@click.option("--with", "engine", type=click.Choice(["slime", "slime-ref"]), default=None,
+              help="Run on the real slime (GPUs) or on slime-ref (CPU; the default without slime or a GPU).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("slime-smoke"),
+              show_default=True, help="Everything the rehearsal writes goes under this directory.")
+@click.option("--rollouts", type=click.IntRange(1), default=2, show_default=True, help="Rollouts to run.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=900, show_default=True,
+              help="Seconds before the run is stopped.")
+@click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
+              help="A variable the script reads from the environment (repeatable); also set for the run.")
+@click.option("--force", is_flag=True, help="Run even if a check FAILs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings and the run's figures as JSON.")
+@click.argument("script_or_args", nargs=-1, required=True, type=click.UNPROCESSED)
+def smoke(slime_dir, engine, out, rollouts, timeout_s, env, force, as_json, script_or_args) -> None:
+    """Rehearse a launch script at toy size: same hooks, data keys and settings, a few rollouts.
+
+    \b
+      slime-check smoke run-qwen3-4B.sh --out /tmp/smoke
+      slime-check smoke --with slime --slime-dir ~/slime run-qwen3-4B.sh
+      slime-check smoke -- --hf-checkpoint DIR --prompt-data FILE ...   (a train.py argv)
+
+    Checks first (config, prereqs), then runs the shrunk job (OUT/smoke-command.sh) on slime-ref
+    (CPU) or slime, counts each hook's calls, and reports rewards, truncation, the weight-update
+    check, time per phase, peak memory and an estimate per rollout. Writes only under --out.
+    Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
+    """
+    from slime_check.findings import exit_code
+    from slime_check.smoke import SmokeOptions, render_report, run_smoke, slime_importable
+
+    if engine is None:
+        engine = "slime" if slime_dir and slime_importable() and _has_gpu() else "slime-ref"
+    opts = SmokeOptions(out=out.resolve(), engine=engine, rollouts=rollouts, timeout_s=timeout_s, force=force,
+                        slime_dir=slime_dir.resolve() if slime_dir else None, env=_env_pairs(env))
+    console = _console()
+    echo = None if as_json else (lambda line: console.print(line, markup=False, highlight=False, style="dim"))
+    findings, report = run_smoke(list(script_or_args), opts, None if as_json else console, echo)
+    if as_json:
+        from slime_check.findings import counts
+
+        click.echo(json.dumps({"summary": counts(findings), "findings": [f.to_dict() for f in findings],
+                               "run": report}, indent=2, default=str))
+    else:
+        render_report(findings, report, console)
+    sys.exit(exit_code(findings))
+
+
+def _has_gpu() -> bool:
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def main() -> None:
     run_cli(cli, "slime-check")
 

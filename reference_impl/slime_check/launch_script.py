@@ -86,6 +86,7 @@ class Invocation:
     argv: list[Word]
     origin: Origin
     conditional: bool  # found inside an undecided branch or a loop
+    env: dict[str, str] = field(default_factory=dict)  # variables the script exported, where known
 
 
 @dataclass
@@ -553,6 +554,7 @@ class Reader:
         self.slime_dir = slime_dir
         self.vars: dict[str, object] = {k: [v] for k, v in env.items()}
         self.functions: dict[str, list] = {}
+        self.exported: list[str] = []
         self.result = ScriptReading()
         self.files: list[Path] = []  # the file being read, innermost last
         self.depth = 0  # > 0 inside an undecided branch or a loop
@@ -941,6 +943,10 @@ class Reader:
             for tok in tokens[1:]:
                 if tok.kind == "array" or ASSIGN.match(tok.text):
                     self.run_assignment(tok, origin(tok))
+                if head == "export" and tok.kind == "word":
+                    name = ASSIGN.match(tok.text).group(1) if ASSIGN.match(tok.text) else tok.text
+                    if NAME.fullmatch(name) and name not in self.exported:
+                        self.exported.append(name)
             return
         if head in ("source", "."):
             if len(words) > 1:
@@ -1022,13 +1028,24 @@ class Reader:
             if base.startswith(("python", "torchrun", "deepspeed")):
                 runner = True
             elif runner and base in ENTRY_POINTS:
-                self.result.invocations.append(Invocation(base, words[k + 1:], w.origin, self.depth > 0))
+                self.result.invocations.append(Invocation(base, words[k + 1:], w.origin, self.depth > 0,
+                                                          self.exported_env()))
                 return
             elif base == "slime-ref" and k + 1 < len(words) and words[k + 1].known \
                     and words[k + 1].text in SLIME_REF_ENTRY_POINTS:
                 entry = SLIME_REF_ENTRY_POINTS[words[k + 1].text]
-                self.result.invocations.append(Invocation(entry, words[k + 2:], w.origin, self.depth > 0))
+                self.result.invocations.append(Invocation(entry, words[k + 2:], w.origin, self.depth > 0,
+                                                          self.exported_env()))
                 return
+
+    def exported_env(self) -> dict[str, str]:
+        """The exported variables whose values are known (what the train command inherits)."""
+        env = {}
+        for name in self.exported:
+            value = self.lookup(name)
+            if isinstance(value, list) and all(isinstance(p, str) for p in value):
+                env[name] = "".join(value)
+        return env
 
 
 def matching(raw: str, j: int, opener: str, closer: str) -> int:

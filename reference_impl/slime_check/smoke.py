@@ -1,0 +1,1068 @@
+"""``slime-check smoke``: rehearse a launch script at toy size before the long run.
+
+1. checks   ``config`` on the script, and the ``prereqs`` groups the chosen engine needs
+2. shrink   the same job, smaller: a few rollouts of a few prompts, short responses, one eval,
+            saves under --out, W&B offline, --check-weight-update-equal on (``OUT/smoke-command.sh``)
+3. run      ``--with slime-ref`` (CPU): a tiny model of the script's family, the first rows of its
+            data, its hooks unchanged (a ``slime`` compatibility namespace when slime is missing),
+            every hook call counted. ``--with slime``: the real train.py with the same argv.
+4. verdict  findings from the log and the run's metrics: hook call counts, rewards, truncation,
+            the weight-update check, seconds per phase, peak memory, and an estimate per rollout.
+
+Safety: everything is written under --out; the user's --save/--load directories are never touched;
+the run has its own session (process group), and exactly the processes it started are stopped on
+success, failure, timeout or Ctrl-C. A Ray cluster it did not start is never stopped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slime_check.findings import CUSTOMIZATION, FAQ, USAGE, Finding, Status, slime_doc
+
+DOC = "skill/references/smoke.md"
+HOOK_DOC = slime_doc(CUSTOMIZATION)
+HOOK_MODULE = "slime_smoke_hooks"
+DATA_ROWS = 8
+# what slime-ref's Megatron backend builds (slime_ref.backends.megatron.model.SUPPORTED_MODEL_TYPES; not
+# imported here: that would load megatron-core into the CLI)
+SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")
+EVAL_ROWS = 2
+
+# MODEL_ARGS: the tiny model is not the user's size, so its config.json speaks for it.
+MODEL_FLAGS = {
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups",
+    "--kv-channels", "--vocab-size", "--make-vocab-size-divisible-by", "--norm-epsilon", "--rotary-base",
+    "--max-position-embeddings", "--seq-length", "--swiglu", "--group-query-attention", "--qk-layernorm",
+    "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias", "--normalization",
+    "--position-embedding-type", "--use-rotary-position-embeddings", "--use-rope-scaling", "--rotary-percent",
+    "--num-experts", "--moe-ffn-hidden-size", "--moe-router-topk", "--moe-shared-expert-intermediate-size",
+    "--attention-backend",
+}
+# Parallelism and placement: one rank, one engine on a CPU.
+LAYOUT = {
+    "--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1", "--context-parallel-size": "1",
+    "--actor-num-nodes": "1", "--actor-num-gpus-per-node": "1", "--rollout-num-gpus-per-engine": "1",
+}
+EXPERT_FLAGS = {"--expert-model-parallel-size", "--expert-tensor-parallel-size", "--moe-token-dispatcher-type",
+                "--moe-grouped-gemm", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff"}
+DROPPED = {"--num-epoch", "--load", "--ref-load", "--save-hf", "--save-interval", "--sequence-parallel",
+           "--critic-load", "--critic-save", "--over-sampling-batch-size", "--rollout-num-gpus",
+           "--num-gpus-per-node", "--sglang-mem-fraction-static", "--wandb-key", "--wandb-host",
+           "--eval-interval", "--n-samples-per-eval-prompt", "--eval-prompt-data", "--eval-max-response-len",
+           "--micro-batch-size", "--decoder-last-pipeline-num-layers", "--recompute-granularity",
+           "--recompute-method", "--recompute-num-layers", "--critic-num-nodes", "--critic-num-gpus-per-node",
+           "--use-wandb", "--wandb-mode"} | MODEL_FLAGS | set(LAYOUT) | EXPERT_FLAGS
+
+
+@dataclass
+class SmokeOptions:
+    out: Path
+    engine: str = "slime-ref"  # or "slime"
+    rollouts: int = 2
+    rollout_batch: int = 2
+    max_samples: int = 4
+    response_cap: int = 32
+    timeout_s: float = 900.0
+    force: bool = False
+    slime_dir: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading the job
+
+
+@dataclass
+class Job:
+    entry: str  # train.py or train_async.py
+    argv: list[str]
+    source: str
+    env: dict[str, str]
+
+
+def read_job(script_or_args: list[str], slime_dir, env: dict[str, str]) -> tuple[Job, list[Finding]]:
+    """The job's argv (all words known), and ``config``'s findings on it."""
+    from slime_common.errors import UserError
+
+    from slime_check.config_lint import lint_argv, lint_script
+    from slime_check.launch_script import Origin, ScriptError, Word, read_script
+
+    if script_or_args[0].startswith("-"):
+        argv = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(script_or_args)]
+        return Job("train.py", list(script_or_args), "command-line arguments", dict(env)), lint_argv(argv)
+    if len(script_or_args) != 1:
+        raise UserError("smoke rehearses one launch script at a time")
+    path = script_or_args[0]
+    if not Path(path).is_file():
+        raise UserError(f"{path}: no such script (give a launch script, or `--` and train.py arguments)")
+    try:
+        reading = read_script(path, slime_dir, env)
+        reports = lint_script(path, slime_dir, env)
+    except ScriptError as e:
+        raise UserError(f"{e} (the script could not be parsed)") from e
+    if not reading.invocations:
+        return Job("train.py", [], path, dict(env)), [f for r in reports for f in r.findings]
+    if len(reading.invocations) > 1:
+        raise UserError(f"{path} starts {len(reading.invocations)} train commands; smoke rehearses one "
+                        "(give its flags after `--`)")
+    inv = reading.invocations[0]
+    unknown = [w.text for w in inv.argv if not w.known]
+    if unknown:
+        raise UserError(f"{path}: {', '.join(unknown[:3])} cannot be known without running the script; "
+                        "give the variables with --env NAME=VALUE")
+    return Job(inv.entry, [w.text for w in inv.argv], path, {**inv.env, **env}), reports[0].findings
+
+
+def split_flags(argv: list[str]) -> list[tuple[str, list[str]]]:
+    """[(flag, values)] in order, as slime's parser would split them (values of unknown flags too)."""
+    from slime_check.config_lint import is_option
+    from slime_check.launch_script import Origin, Word
+    from slime_common.registry import load_registry
+
+    reg = load_registry()
+    words = [Word([a], Origin("argv", i)) for i, a in enumerate(argv)]
+    items: list[tuple[str, list[str]]] = []
+    i = 0
+    while i < len(argv):
+        name = argv[i]
+        i += 1
+        if not is_option(words[i - 1]):
+            if items:
+                items[-1][1].append(name)
+            continue
+        name, eq, inline = name.partition("=")
+        flag = reg.lookup(name)
+        values: list[str] = [inline] if eq else []
+        if not eq:
+            nargs = flag.nargs if flag is not None else "*"
+            if flag is not None and flag.action in ("store_true", "store_false", "boolean_optional", "store_const"):
+                nargs = 0
+            want = 1 if nargs is None else nargs
+            while i < len(argv) and not is_option(words[i]) and (want in ("*", "+") or len(values) < (
+                    1 if want == "?" else want)):
+                values.append(argv[i])
+                i += 1
+        items.append((name, values))
+    return items
+
+
+def last(items, name: str):
+    for flag, values in reversed(items):
+        if flag == name:
+            return values
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# shrinking
+
+
+@dataclass
+class Shrunk:
+    argv: list[str]
+    changes: list[str]
+    hooks: dict[str, tuple[str, str]]  # hook id -> (flag, user's path)
+    notes: list[Finding]
+    user_max_len: int | None
+    full: dict  # the full run's sizes, for the estimate
+
+
+def _int(values, default=None):
+    try:
+        return int(values[0]) if values else default
+    except (TypeError, ValueError):
+        return default
+
+
+def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path]) -> Shrunk:
+    """The same job at toy size. ``data`` maps "prompt" and eval names to the small files under OUT."""
+    from slime_check.config_lint import HOOK_FLAGS
+
+    items = split_flags(job.argv)
+    out = opts.out
+    full = {
+        "rollout_batch_size": _int(last(items, "--rollout-batch-size"), 1),
+        "n_samples_per_prompt": _int(last(items, "--n-samples-per-prompt"), 1),
+        "max_response_len": _int(last(items, "--rollout-max-response-len")),
+        "num_rollout": _int(last(items, "--num-rollout")),
+        "num_steps_per_rollout": _int(last(items, "--num-steps-per-rollout"), 1),
+    }
+    batch = max(1, min(opts.rollout_batch, full["rollout_batch_size"] or opts.rollout_batch))
+    n = max(1, min(opts.max_samples, full["n_samples_per_prompt"] or 1))
+    steps = full["num_steps_per_rollout"] if (batch * n) % max(1, full["num_steps_per_rollout"]) == 0 else 1
+    user_len = full["max_response_len"]
+    cap = min(user_len, opts.response_cap) if user_len else opts.response_cap
+    changes = [f"--num-rollout {opts.rollouts}", f"--rollout-batch-size {batch}", f"--n-samples-per-prompt {n}",
+               f"--global-batch-size {batch * n // steps} (rollout_batch_size*n_samples_per_prompt == "
+               f"global_batch_size*num_steps_per_rollout)", f"--rollout-max-response-len {cap}",
+               f"outputs under {out}", "--check-weight-update-equal"]
+    if opts.engine != "slime":
+        changes += [f"--hf-checkpoint {model_dir} (tiny model)", "MODEL_ARGS dropped (config.json of the tiny model)",
+                    "parallelism 1, one engine"]
+    keep: list[str] = []
+    hooks: dict[str, tuple[str, str]] = {}
+    has_eval = last(items, "--eval-prompt-data") is not None
+    replaced = {"--num-rollout", "--rollout-batch-size", "--n-samples-per-prompt", "--global-batch-size",
+                "--rollout-max-response-len", "--hf-checkpoint", "--prompt-data", "--save", "--output-dir",
+                "--num-steps-per-rollout", "--check-weight-update-equal"}
+    real = opts.engine == "slime"  # the real run keeps the model, its MODEL_ARGS, layout and checkpoints to read
+    kept_for_real = MODEL_FLAGS | set(LAYOUT) | EXPERT_FLAGS | {"--load", "--ref-load", "--rollout-num-gpus",
+                                                                "--num-gpus-per-node", "--sglang-mem-fraction-static",
+                                                                "--micro-batch-size"}
+    for flag, values in items:
+        if (flag in DROPPED and not (real and flag in kept_for_real)) or flag in replaced:
+            continue
+        if flag in HOOK_FLAGS and values:
+            wrapped = []
+            for v in values:
+                hook_id = f"h{len(hooks)}_{flag.lstrip('-').replace('-', '_')}"
+                hooks[hook_id] = (flag, v)
+                wrapped.append(f"{HOOK_MODULE}.{hook_id}")
+            keep += [flag, *wrapped]
+            continue
+        keep += [flag, *values]
+    argv = keep + [
+        "--hf-checkpoint", str(model_dir), "--prompt-data", str(data["prompt"]),
+        "--num-rollout", str(opts.rollouts), "--rollout-batch-size", str(batch), "--n-samples-per-prompt", str(n),
+        "--global-batch-size", str(batch * n // steps), "--num-steps-per-rollout", str(steps),
+        "--rollout-max-response-len", str(cap), "--check-weight-update-equal",
+        *([] if real else [x for k, v in LAYOUT.items() if last(items, k) is not None for x in (k, v)]),
+        "--output-dir", str(out / "run"),
+    ]
+    if last(items, "--save") is not None:
+        argv += ["--save", str(out / "save"), "--save-interval", str(opts.rollouts)]
+    if last(items, "--use-wandb") is not None:
+        argv += ["--use-wandb", "--wandb-mode", "offline"]
+        changes.append("W&B offline")
+    if not real and last(items, "--rollout-num-gpus") is not None and last(items, "--colocate") is None:
+        argv += ["--rollout-num-gpus", "1"]
+    if has_eval and data.get("eval"):
+        argv += ["--eval-prompt-data", *[x for name, p in data["eval"] for x in (name, str(p))],
+                 "--eval-interval", str(opts.rollouts), "--n-samples-per-eval-prompt", "1",
+                 "--eval-max-response-len", str(cap)]
+        changes.append(f"eval once, on {EVAL_ROWS} prompts per set")
+    if last(items, "--over-sampling-batch-size") is not None:
+        argv += ["--over-sampling-batch-size", str(batch)]
+    return Shrunk(argv, changes, hooks, [], user_len, full)
+
+
+def drop_unimplemented(argv: list[str]) -> tuple[list[str], list[str]]:
+    """slime's flags slime-ref's parser does not declare (nor passes to SGLang or the router) are left out
+    of the rehearsal, and named; slime-ref would refuse them."""
+    from slime_ref.arguments import build_parser
+
+    from slime_common.registry import load_registry
+
+    known = set(build_parser()._option_string_actions)
+    reg = load_registry()
+    kept, dropped = [], []
+    for flag, values in split_flags(argv):
+        spec = reg.lookup(flag)
+        if flag not in known and spec is not None and spec.source not in ("sglang", "sglang-patch", "router"):
+            dropped.append(flag)
+            continue
+        kept += [flag, *values]
+    return kept, dropped
+
+
+# ---------------------------------------------------------------------------------------------
+# assets: the tiny model, the first rows of the data, the hook wrappers
+
+
+def build_model(job_items, out: Path) -> tuple[Path, list[Finding]]:
+    """A tiny model of the user's family from their config.json, or ours, with a finding saying which."""
+    hf = last(job_items, "--hf-checkpoint")
+    src = Path(hf[0]).expanduser() if hf else None
+    config_path = src / "config.json" if src else None
+    if not config_path or not config_path.is_file():
+        return _our_tiny(out, f"--hf-checkpoint {hf[0] if hf else '(none)'} is not on this machine")
+    try:
+        user_cfg = json.loads(config_path.read_text())
+    except (OSError, ValueError) as e:
+        return _our_tiny(out, f"{config_path} cannot be read ({e})")
+    user_cfg = user_cfg.get("text_config", user_cfg)
+    family = user_cfg.get("model_type")
+    findings = []
+    if family not in SUPPORTED_MODEL_TYPES:
+        findings.append(Finding("smoke.model", Status.WARN,
+                                f"slime-ref builds {', '.join(SUPPORTED_MODEL_TYPES)} models, not {family!r}: the "
+                                "rehearsal uses the nearest dense shape (qwen3) with your GQA ratio, tied embeddings "
+                                "and rope base; MoE, MLA, sliding windows and custom layers are not rehearsed.",
+                                "Rehearse with --with slime on one GPU node for the real architecture.", DOC))
+        family = "qwen3"
+    tok_local = any((src / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json"))
+    return _family_tiny(out, src, user_cfg, family, tok_local, findings)
+
+
+def _our_tiny(out: Path, why: str) -> tuple[Path, list[Finding]]:
+    from slime_ref.assets import make_tiny
+
+    assets = make_tiny(out / "assets")
+    return assets.model_dir, [Finding("smoke.model", Status.WARN, f"{why}: the rehearsal uses slime-ref's tiny Qwen3 "
+                                      "and its tokenizer.", "Copy the checkpoint's config.json and tokenizer files "
+                                      "here to rehearse your model's family and tokenizer.", DOC)]
+
+
+def _family_tiny(out: Path, src: Path, user_cfg: dict, family: str, tok_local: bool, findings):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    from slime_ref.assets import build_tokenizer, padded_vocab_size
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = out / "model"
+    if tok_local:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(src))
+        except Exception as e:  # a broken or exotic tokenizer: ours stands in
+            findings.append(Finding("smoke.tokenizer", Status.WARN, f"{src}'s tokenizer does not load ({e}); "
+                                    "slime-ref's tiny tokenizer stands in.", "Check the tokenizer files.", DOC))
+            tokenizer = build_tokenizer(0)
+    else:
+        findings.append(Finding("smoke.tokenizer", Status.WARN, f"{src} has no tokenizer files here; slime-ref's tiny "
+                                "tokenizer stands in (chat template and special tokens differ from yours).",
+                                "Copy tokenizer.json / tokenizer_config.json next to config.json.", DOC))
+        tokenizer = build_tokenizer(0)
+    heads = int(user_cfg.get("num_attention_heads", 4))
+    kv = int(user_cfg.get("num_key_value_heads") or heads)
+    ratio = max(1, heads // max(1, kv))
+    tiny_heads = 4 if ratio <= 4 else ratio
+    tiny_kv = max(1, tiny_heads // ratio)
+    cfg = AutoConfig.for_model(
+        family, vocab_size=padded_vocab_size(len(tokenizer), 64), hidden_size=tiny_heads * 32,
+        intermediate_size=tiny_heads * 96, num_hidden_layers=2, num_attention_heads=tiny_heads,
+        num_key_value_heads=tiny_kv, head_dim=32, max_position_embeddings=2048,
+        rms_norm_eps=user_cfg.get("rms_norm_eps", 1e-6), rope_theta=user_cfg.get("rope_theta", 10000.0),
+        tie_word_embeddings=bool(user_cfg.get("tie_word_embeddings", False)),
+        attention_bias=bool(user_cfg.get("attention_bias", False)) if family != "qwen3" else False,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg).to(torch.float32)
+    model.save_pretrained(model_dir, safe_serialization=True)
+    tokenizer.save_pretrained(model_dir)
+    findings.append(Finding("smoke.model", Status.PASS, f"tiny {family} (2 layers, {tiny_heads} heads, GQA "
+                            f"{ratio}:1, tied embeddings {cfg.tie_word_embeddings}, "
+                            f"rope base {user_cfg.get('rope_theta', 10000.0):g}), "
+                            f"random weights, {'your' if tok_local else 'our'} tokenizer: {model_dir}"))
+    return model_dir, findings
+
+
+def write_data(items, out: Path) -> tuple[dict, list[Finding]]:
+    from slime_check.config_lint import first_rows
+
+    data_dir = out / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    result: dict = {"eval": []}
+    findings = []
+    prompt = last(items, "--prompt-data")
+    if not prompt:
+        from slime_common.errors import UserError
+
+        raise UserError("the job has no --prompt-data; smoke rehearses a run on the first rows of its data")
+    path = Path(prompt[0]).expanduser()
+    if not path.is_file():
+        findings.append(Finding("smoke.data", Status.FAIL, f"--prompt-data {prompt[0]} is not on this machine.",
+                                "Copy the data file here (smoke uses its first rows).", slime_doc(USAGE)))
+        return result, findings
+    rows = first_rows(path, DATA_ROWS)
+    result["prompt"] = data_dir / "prompt.jsonl"
+    result["prompt"].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    findings.append(Finding("smoke.data", Status.PASS, f"first {len(rows)} rows of {path} with their keys: "
+                            f"{result['prompt']}"))
+    ev = last(items, "--eval-prompt-data") or []
+    pairs = list(zip(ev[0::2], ev[1::2], strict=False)) if len(ev) > 1 else []
+    for name, p in pairs:
+        p = Path(p).expanduser()
+        if p.is_file():
+            target = data_dir / f"eval-{name}.jsonl"
+            target.write_text("".join(json.dumps(r) + "\n" for r in first_rows(p, EVAL_ROWS)))
+            result["eval"].append((name, target))
+    return result, findings
+
+
+WRAPPER = '''"""Counts the calls of each hook of a slime-check smoke run (generated; see slime_check/smoke.py)."""
+import functools
+import importlib
+import inspect
+import os
+
+CALLS = {calls!r}
+HOOKS = {hooks!r}
+REAL_SLIME = {real!r}  # the real slime loads its own built-in hooks; slime-ref maps them to its counterparts
+
+
+def load_function(path, flag):
+    if not REAL_SLIME:
+        from slime_ref.utils.hooks import load_function as load
+
+        return load(path, flag)
+    module, _, attr = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except Exception as e:
+        raise ImportError(f"{{flag}} {{path!r}}: {{type(e).__name__}}: {{e}}") from e
+
+
+def _note(hook_id, kind, text=b"1"):
+    fd = os.open(os.path.join(CALLS, f"{{hook_id}}.{{kind}}.{{os.getpid()}}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        os.write(fd, text)
+    finally:
+        os.close(fd)
+
+
+def _error(hook_id, e):
+    _note(hook_id, "err")
+    path = os.path.join(CALLS, f"{{hook_id}}.first_error")
+    if not os.path.exists(path):
+        with open(path, "w") as fh:
+            fh.write(f"{{type(e).__name__}}: {{' '.join(str(e).split())[:300]}}")
+
+
+def _reward(hook_id, args, value):
+    try:
+        key = getattr(args, "reward_key", None)
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            v = v[key] if isinstance(v, dict) and key else v
+            _note(hook_id, "probe", f"{{float(v)!r}}\\n".encode())
+    except Exception:
+        pass
+
+
+def _probe_rm(hook_id, fn, args, first, rest, kwargs):
+    """Score the reference answer itself (as is, and boxed): a reward that gives it 0 is broken, not unlucky."""
+    import copy
+
+    calls = []
+    for style in ("plain", "boxed"):
+        def with_label(s):
+            s = copy.copy(s)
+            s.response = str(s.label) if style == "plain" else "\\\\boxed{{" + str(s.label) + "}}"
+            return s
+
+        probe = [with_label(s) for s in first] if isinstance(first, list) else with_label(first)
+        calls.append(lambda probe=probe: fn(args, probe, *rest, **kwargs))
+    return calls
+
+
+def _wrap(hook_id):
+    flag, path = HOOKS[hook_id]
+    target = load_function(path, flag)
+    if inspect.isclass(target):
+        if not hasattr(target, "get_samples"):
+            return target
+        def get_samples(self, *a, **k):
+            _note(hook_id, "calls")
+            try:
+                return target.get_samples(self, *a, **k)
+            except Exception as e:
+                _error(hook_id, e)
+                raise
+        return type(target.__name__, (target,), {{"get_samples": get_samples}})
+    is_rm = flag == "--custom-rm-path"
+    probed = []
+    if inspect.iscoroutinefunction(target):
+        @functools.wraps(target)
+        async def wrapper(*a, **k):
+            _note(hook_id, "calls")
+            try:
+                if is_rm and not probed and len(a) >= 2 and getattr(a[1] if not isinstance(a[1], list) else a[1][0],
+                                                                    "label", None) is not None:
+                    probed.append(1)
+                    for call in _probe_rm(hook_id, target, a[0], a[1], a[2:], k):
+                        try:
+                            _reward(hook_id, a[0], await call())
+                        except Exception:
+                            pass
+                return await target(*a, **k)
+            except Exception as e:
+                _error(hook_id, e)
+                raise
+    else:
+        @functools.wraps(target)
+        def wrapper(*a, **k):
+            _note(hook_id, "calls")
+            try:
+                if is_rm and not probed and len(a) >= 2 and getattr(a[1] if not isinstance(a[1], list) else a[1][0],
+                                                                    "label", None) is not None:
+                    probed.append(1)
+                    for call in _probe_rm(hook_id, target, a[0], a[1], a[2:], k):
+                        try:
+                            _reward(hook_id, a[0], call())
+                        except Exception:
+                            pass
+                return target(*a, **k)
+            except Exception as e:
+                _error(hook_id, e)
+                raise
+    return wrapper
+
+
+def __getattr__(name):
+    if name in HOOKS:
+        fn = _wrap(name)
+        globals()[name] = fn
+        return fn
+    raise AttributeError(name)
+'''
+
+
+def write_hooks(hooks: dict[str, tuple[str, str]], out: Path, real_slime: bool = False) -> Path:
+    folder = out / "hooks"
+    calls = folder / "calls"
+    calls.mkdir(parents=True, exist_ok=True)
+    (folder / f"{HOOK_MODULE}.py").write_text(WRAPPER.format(calls=str(calls), hooks=hooks, real=real_slime))
+    return folder
+
+
+PREFLIGHT = """
+import json, sys
+import slime_smoke_hooks as hooks
+errors = {}
+for hook_id in hooks.HOOKS:
+    try:
+        getattr(hooks, hook_id)
+    except BaseException as e:
+        errors[hook_id] = " ".join(str(e).split())
+print("SMOKE-PREFLIGHT " + json.dumps(errors))
+"""
+
+
+def preflight_hooks(hooks: dict[str, tuple[str, str]], env: dict) -> list[Finding]:
+    """Import every hook the way the run will (same PYTHONPATH), before anything starts."""
+    if not hooks:
+        return []
+    try:
+        done = subprocess.run([sys.executable, "-c", PREFLIGHT], env=env, capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return [Finding("smoke.hook_import", Status.WARN, "importing the hooks took over 300 s; not checked.",
+                        "Check what the hook modules do at import.", HOOK_DOC)]
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("SMOKE-PREFLIGHT ")), None)
+    if line is None:
+        tail = " ".join((done.stderr or "").strip().splitlines()[-1:])
+        return [Finding("smoke.hook_import", Status.FAIL, f"importing the hooks crashed the interpreter: {tail}",
+                        "Import the hook module by hand to see why.", HOOK_DOC)]
+    errors = json.loads(line.split(" ", 1)[1])
+    out = []
+    for hook_id, (flag, path) in hooks.items():
+        if hook_id in errors:
+            message = errors[hook_id].removeprefix(f"{HOOK_MODULE}.")
+            out.append(Finding("smoke.hook_import", Status.FAIL, f"{flag} {path} cannot be loaded: {message}",
+                               "Fix the import (the module's folder must be on the workers' PYTHONPATH, e.g. in "
+                               "ray job submit's runtime env); names missing from the slime compatibility layer "
+                               "are listed in " + DOC + ".", HOOK_DOC))
+        else:
+            out.append(Finding("smoke.hook_import", Status.PASS, f"{flag} {path} imports"))
+    return out
+
+
+def hook_counts(hooks: dict[str, tuple[str, str]], out: Path) -> dict[str, dict]:
+    calls = out / "hooks" / "calls"
+    result = {}
+    for hook_id, (flag, path) in hooks.items():
+        c = sum(p.stat().st_size for p in calls.glob(f"{hook_id}.calls.*"))
+        e = sum(p.stat().st_size for p in calls.glob(f"{hook_id}.err.*"))
+        first = calls / f"{hook_id}.first_error"
+        probe = []
+        for p in calls.glob(f"{hook_id}.probe.*"):
+            probe += [float(x) for x in p.read_text().split()]
+        result[hook_id] = {"flag": flag, "path": path, "calls": c, "errors": e,
+                           "first_error": first.read_text() if first.is_file() else None, "label_probe": probe}
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# running and stopping
+
+
+def slime_importable() -> bool:
+    return importlib.util.find_spec("slime") is not None
+
+
+class Launched:
+    """A command in its own session; output streamed to a file and a callback; every process of its tree
+    remembered, so that exactly those are stopped."""
+
+    def __init__(self, cmd: list[str], env: dict, log_path: Path, cwd: str | None = None, echo=None):
+        self.log_path = log_path
+        self.echo = echo
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env, cwd=cwd, start_new_session=True)
+        self.seen: dict[int, float] = {}
+        self.peak_rss = 0
+        self.lines: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        with open(self.log_path, "wb") as log:
+            for raw in iter(self.proc.stdout.readline, b""):
+                log.write(raw)
+                log.flush()
+                self.lines.put(raw.decode(errors="replace").rstrip("\n"))
+        self.lines.put(None)
+
+    def snapshot(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        rss = 0
+        for p in procs:
+            try:
+                self.seen.setdefault(p.pid, p.create_time())
+                rss += p.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        self.peak_rss = max(self.peak_rss, rss)
+
+    def wait(self, timeout_s: float) -> tuple[int | None, bool]:
+        """(exit status, timed out). Streams lines to ``echo`` while waiting."""
+        deadline = time.monotonic() + timeout_s
+        last_snap = 0.0
+        done_reading = False
+        while True:
+            if time.monotonic() - last_snap > 0.5:
+                self.snapshot()
+                last_snap = time.monotonic()
+            try:
+                line = self.lines.get(timeout=0.2)
+                if line is None:
+                    done_reading = True
+                elif self.echo:
+                    self.echo(line)
+            except queue.Empty:
+                pass
+            if done_reading and self.proc.poll() is not None:
+                return self.proc.returncode, False
+            if time.monotonic() > deadline:
+                self.stop()
+                return self.proc.returncode, True
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGINT to its group (it tears down what it started), then SIGKILL to whatever of its tree is left."""
+        import psutil
+
+        self.snapshot()
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid, created in self.seen.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == created:
+                    p.kill()
+            except psutil.NoSuchProcess:
+                continue
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        self._reader.join(timeout=5)
+
+
+def run_env(opts: SmokeOptions, job: Job, hook_dir: Path | None, compat: bool) -> dict:
+    env = {**os.environ, **job.env, **opts.env}
+    paths = [str(hook_dir)] if hook_dir else []
+    if compat:
+        from slime_check.compat import ROOT
+
+        paths.append(str(ROOT))
+    import slime_ref
+
+    paths.append(str(Path(slime_ref.__file__).resolve().parent.parent))
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env.update({
+        "PYTHONPATH": os.pathsep.join(paths), "PYTHONUNBUFFERED": "1", "COLUMNS": "200",
+        "WANDB_MODE": "offline", "WANDB_DIR": str(opts.out / "wandb"),
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONPYCACHEPREFIX": str(opts.out / "pycache"),  # no __pycache__ next to the user's hooks
+        "MPLCONFIGDIR": str(opts.out / "cache" / "matplotlib"),  # the run's plots: font cache under OUT
+        "XDG_CACHE_HOME": str(opts.out / "cache"),
+    })
+    (opts.out / "wandb").mkdir(parents=True, exist_ok=True)
+    ray_tmp = opts.out / "ray"
+    if len(str(ray_tmp)) + 60 <= 107:  # Ray's socket paths must fit the Unix limit
+        ray_tmp.mkdir(exist_ok=True)
+        env["RAY_TMPDIR"] = str(ray_tmp)
+    return env
+
+
+def slime_ref_cmd(entry: str, argv: list[str]) -> list[str]:
+    command = "train-async" if entry == "train_async.py" else "train"
+    return [sys.executable, "-c", "from slime_ref.cli import main; main()", command, *argv]
+
+
+def slime_cmd(slime_dir: Path, entry: str, argv: list[str]) -> list[str]:
+    return [sys.executable, str(slime_dir / entry), *argv]
+
+
+# ---------------------------------------------------------------------------------------------
+# the verdict
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _flat(record: dict) -> dict:
+    return record.get("metrics", record) if isinstance(record.get("metrics"), dict) else record
+
+
+def verdict(result: dict, shrunk: Shrunk, opts: SmokeOptions) -> list[Finding]:
+    from slime_check.log_signatures import scan
+
+    findings: list[Finding] = []
+    log = result.get("log", "")
+    rc, timed_out = result.get("returncode"), result.get("timed_out")
+    error_lines = [ln for ln in log.splitlines() if ln.startswith(("slime-ref: ", "slime-ref: run failed"))]
+    if timed_out:
+        findings.append(Finding("smoke.run", Status.FAIL, f"the run did not finish within {opts.timeout_s:.0f} s; "
+                                "it was stopped.", "Look at the last phase in OUT/smoke.log; raise --timeout if it "
+                                "was still progressing.", DOC))
+    elif rc == 0:
+        findings.append(Finding("smoke.run", Status.PASS, f"{opts.rollouts} rollouts finished in "
+                                f"{result.get('wall_s', 0):.0f} s"))
+    elif rc is not None:
+        what = error_lines[-1] if error_lines else f"exit status {rc}"
+        findings.append(Finding("smoke.run", Status.FAIL, f"the run failed: {what}",
+                                "See the findings below and OUT/smoke.log.", DOC))
+    findings += scan(log)
+
+    for h in result.get("hooks", {}).values():
+        label = f"{h['flag']} {h['path']}"
+        if h["errors"]:
+            findings.append(Finding("smoke.hook_error", Status.FAIL, f"{label} raised on {h['errors']} of "
+                                    f"{h['calls']} calls: {h['first_error']}",
+                                    "Fix the hook (the smoke run's samples are in OUT/run).", HOOK_DOC))
+        elif h["calls"] == 0 and rc == 0:
+            findings.append(Finding("smoke.hook_calls", Status.WARN, f"{label} was never called.",
+                                    "Check the flag is the one slime calls for this hook.", HOOK_DOC))
+        elif h["calls"] == 0:
+            findings.append(Finding("smoke.hook_calls", Status.SKIP, f"{label}: not reached (the run stopped first)"))
+        else:
+            findings.append(Finding("smoke.hook_calls", Status.PASS, f"{label}: {h['calls']} calls"))
+
+    rollouts = [r for r in result.get("metrics", []) if "rollout/raw_reward" in _flat(r)]
+    if rollouts:
+        rewards = [_flat(r)["rollout/raw_reward"] for r in rollouts]
+        zero_std = [_flat(r).get("rollout/zero_std_ratio", 0.0) for r in rollouts]
+        probes = [p for h in result.get("hooks", {}).values() if h["flag"] == "--custom-rm-path"
+                  for p in h["label_probe"]]
+        rm_probe_zero = bool(probes) and all(p == 0 for p in probes)
+        if all(r == 0 for r in rewards) and rm_probe_zero:
+            findings.append(Finding("smoke.reward", Status.FAIL, "every reward was 0, and the reward function gives 0 "
+                                    "even to the reference answer (the label): no learning signal.",
+                                    "Fix the reward function (answer format, --label-key, --reward-key); for "
+                                    "non-thinking models use --rm-type math rather than deepscaler.", slime_doc(FAQ)))
+        elif all(z == 1.0 for z in zero_std):
+            findings.append(Finding("smoke.reward", Status.WARN, f"rewards were equal within every group "
+                                    f"(mean {sum(rewards) / len(rewards):.3f}): zero advantages in this rehearsal "
+                                    "(expected with random weights; in the real run this means no learning signal).",
+                                    "Watch rollout/zero_std_ratio in the real run; check the reward on known answers.",
+                                    slime_doc(FAQ)))
+        else:
+            findings.append(Finding("smoke.reward", Status.PASS, "rewards vary within groups: mean per rollout "
+                                    + ", ".join(f"{r:.3f}" for r in rewards)))
+        trunc = [_flat(r).get("rollout/truncated_ratio", 0.0) for r in rollouts]
+        lengths = [_flat(r).get("rollout/response_length", 0.0) for r in rollouts]
+        share = sum(trunc) / len(trunc)
+        cap = shrunk.user_max_len
+        capped_by_smoke = cap is None or cap > opts.response_cap
+        if share >= 1.0 and not capped_by_smoke:
+            findings.append(Finding("smoke.truncation", Status.FAIL, f"every response was cut at "
+                                    f"--rollout-max-response-len {cap}: rewards see unfinished answers.",
+                                    "Raise --rollout-max-response-len, or set --rollout-stop / "
+                                    "--rollout-stop-token-ids for your model.", slime_doc(FAQ)))
+        else:
+            findings.append(Finding("smoke.truncation", Status.PASS, f"{share:.0%} of responses truncated at "
+                                    f"{min(cap or opts.response_cap, opts.response_cap)} tokens; mean length "
+                                    f"{sum(lengths) / len(lengths):.1f}"
+                                    + (" (the smoke cap; random weights seldom stop)" if capped_by_smoke else "")))
+        diffs = [_flat(r)["perf/weight_check_max_abs_diff"] for r in result.get("metrics", [])
+                 if "perf/weight_check_max_abs_diff" in _flat(r)]
+        if diffs:
+            findings.append(Finding("smoke.weight_update", Status.PASS, f"--check-weight-update-equal: engines match "
+                                    f"the trainer after {len(diffs)} syncs (max |diff| {max(diffs):.2g})"))
+    elif rc == 0:
+        findings.append(Finding("smoke.reward", Status.WARN, "no rollout metrics were logged.",
+                                "Check OUT/run/metrics.jsonl.", DOC))
+    return findings
+
+
+def estimate(summary: dict, shrunk: Shrunk, opts: SmokeOptions) -> dict:
+    """A rough scale-up per rollout: the measured seconds per sample and per token, times the full sizes."""
+    phase = summary.get("phase_s", {})
+    per_rollout = {k: v / max(1, opts.rollouts) for k, v in phase.items()
+                   if k in ("rollout", "train", "update_weights")}
+    small = opts.rollout_batch * min(opts.max_samples, shrunk.full["n_samples_per_prompt"] or 1)
+    big = (shrunk.full["rollout_batch_size"] or 1) * (shrunk.full["n_samples_per_prompt"] or 1)
+    tokens = (shrunk.full["max_response_len"] or opts.response_cap) / opts.response_cap
+    scale = (big / max(1, small)) * tokens
+    return {"label": "ESTIMATE on this machine with the tiny model, scaled by samples x response length; "
+                     "not a prediction of GPU time for your model",
+            "measured_per_rollout_s": per_rollout, "scale": scale,
+            "estimated_per_rollout_s": sum(per_rollout.values()) * scale}
+
+
+# ---------------------------------------------------------------------------------------------
+# the command
+
+
+def check_findings(job: Job, config_findings: list[Finding], opts: SmokeOptions) -> list[Finding]:
+    """``config`` on the job, plus the prereqs groups this engine needs (packages/system on CPU)."""
+    from slime_check.prereqs import run_prereqs
+    from slime_check.probes import LiveProbe
+
+    findings = [f for f in config_findings if f.status is not Status.PASS or f.id.startswith("config.")]
+    groups = ["packages", "system"] if opts.engine == "slime-ref" else ["gpu", "container", "packages", "system"]
+    pre = run_prereqs(LiveProbe(), only=groups)
+    if opts.engine == "slime-ref":
+        # the CPU rehearsal needs slime-ref's stack, not slime's GPU packages: their FAILs are reported, not fatal
+        pre = [Finding(f.id, Status.WARN if f.status is Status.FAIL else f.status, f.finding + " (needed by "
+                       "slime, not by this CPU rehearsal)" if f.status is Status.FAIL else f.finding, f.fix, f.doc)
+               for f in pre]
+    return findings + pre
+
+
+def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None) -> tuple[list[Finding], dict]:
+    from slime_common.errors import UserError
+
+    out = opts.out
+    out.mkdir(parents=True, exist_ok=True)
+    wall = time.perf_counter()
+    phase: dict[str, float] = {}
+
+    t = time.perf_counter()
+    job, config_findings = read_job(script_or_args, opts.slime_dir, opts.env)
+    if not job.argv:
+        return config_findings, {"stopped": "no train command found"}
+    checks = check_findings(job, config_findings, opts)
+    phase["checks"] = time.perf_counter() - t
+    failed = [f for f in checks if f.status is Status.FAIL]
+    report: dict = {"out": str(out), "engine": opts.engine}
+    if failed and not opts.force:
+        report["stopped"] = "a check failed; nothing was run (pass --force to run anyway)"
+        return checks, report
+
+    items = split_flags(job.argv)
+    t = time.perf_counter()
+    findings = list(checks)
+    if opts.engine == "slime-ref":
+        model_dir, model_findings = build_model(items, out)
+    else:
+        hf = last(items, "--hf-checkpoint")
+        model_dir, model_findings = Path(hf[0]) if hf else out, []
+    data, data_findings = write_data(items, out)
+    findings += model_findings + data_findings
+    phase["assets"] = time.perf_counter() - t
+    if any(f.status is Status.FAIL for f in data_findings):
+        report["stopped"] = "the prompt data is not here"
+        return findings, report
+
+    shrunk = shrink(job, opts, model_dir, data)
+    if opts.engine == "slime-ref":
+        shrunk.argv, dropped = drop_unimplemented(shrunk.argv)
+        if dropped:
+            findings.append(Finding("smoke.not_rehearsed", Status.WARN, f"slime-ref does not implement "
+                                    f"{', '.join(dropped)}: left out of this rehearsal.", "Rehearse them with "
+                                    "--with slime on a GPU node if they matter to the run.", DOC))
+            shrunk.changes.append("left out (slime-ref does not implement them): " + ", ".join(dropped))
+    hook_dir = write_hooks(shrunk.hooks, out, real_slime=opts.engine == "slime")
+    compat = opts.engine == "slime-ref" and not slime_importable()
+    env = run_env(opts, job, hook_dir, compat)
+    imports = preflight_hooks(shrunk.hooks, env)
+    findings += imports
+    if opts.engine == "slime-ref":
+        cmd = slime_ref_cmd(job.entry, shrunk.argv)
+        shown = ["slime-ref", cmd[3], *shrunk.argv]
+    else:
+        if not opts.slime_dir or not (opts.slime_dir / job.entry).is_file():
+            raise UserError(f"--with slime needs --slime-dir with {job.entry} in it")
+        cmd = slime_cmd(opts.slime_dir, job.entry, shrunk.argv)
+        shown = ["python3", str(opts.slime_dir / job.entry), *shrunk.argv]
+    exports = {k: env[k] for k in ("PYTHONPATH", "WANDB_MODE", "WANDB_DIR", "RAY_TMPDIR") if k in env}
+    lines = [" ".join(shlex.quote(w) for w in shown[:len(shown) - len(shrunk.argv)])]
+    lines += [" ".join(shlex.quote(w) for w in (flag, *values)) for flag, values in split_flags(shrunk.argv)]
+    script = "#!/bin/bash\n# written by slime-check smoke: the rehearsal of " + job.source + "\n" + "".join(
+        f"export {k}={shlex.quote(v)}\n" for k, v in {**job.env, **opts.env, **exports}.items()) + " \\\n   ".join(
+        lines) + "\n"
+    (out / "smoke-command.sh").write_text(script)
+    report.update({"command": shown, "command_file": str(out / "smoke-command.sh"), "changes": shrunk.changes,
+                   "compat_slime": compat})
+    if console is not None:
+        console.print("[bold]rewritten command[/bold] (" + str(out / "smoke-command.sh") + "):")
+        console.print(" ".join(shlex.quote(w) for w in shown), soft_wrap=True, markup=False, highlight=False)
+
+    if any(f.status is Status.FAIL for f in imports) and not opts.force:
+        report["stopped"] = "a hook cannot be imported; nothing was run (pass --force to run anyway)"
+        return findings, report
+
+    t = time.perf_counter()
+    ray_head = None
+    if opts.engine == "slime" and not env.get("RAY_ADDRESS"):
+        ray_head = start_ray_head(out, env)
+        env["RAY_ADDRESS"] = ray_head.address
+    launched = Launched(cmd, env, out / "smoke.log", cwd=str(opts.slime_dir) if opts.engine == "slime" else None,
+                        echo=echo)
+    try:
+        rc, timed_out = launched.wait(opts.timeout_s)
+    except KeyboardInterrupt:
+        launched.stop()
+        if ray_head:
+            ray_head.stop()
+        raise
+    finally:
+        launched.stop()
+    if ray_head:
+        ray_head.stop()
+    phase["run"] = time.perf_counter() - t
+
+    run_dir = out / "run"
+    summary = {}
+    if (run_dir / "summary.json").is_file():
+        summary = json.loads((run_dir / "summary.json").read_text())
+    result = {"returncode": rc, "timed_out": timed_out, "log": (out / "smoke.log").read_text(errors="replace"),
+              "metrics": read_metrics(run_dir), "hooks": hook_counts(shrunk.hooks, out),
+              "wall_s": phase["run"]}
+    findings += verdict(result, shrunk, opts)
+    phase["total"] = time.perf_counter() - wall
+    report.update({
+        "returncode": rc, "timed_out": timed_out, "log": str(out / "smoke.log"),
+        "hooks": {h["path"]: {"flag": h["flag"], "calls": h["calls"], "errors": h["errors"]}
+                  for h in result["hooks"].values()},
+        "rewards": [_flat(r)["rollout/raw_reward"] for r in result["metrics"] if "rollout/raw_reward" in _flat(r)],
+        "truncated_ratio": [_flat(r).get("rollout/truncated_ratio") for r in result["metrics"]
+                            if "rollout/raw_reward" in _flat(r)],
+        "response_length": [_flat(r).get("rollout/response_length") for r in result["metrics"]
+                            if "rollout/raw_reward" in _flat(r)],
+        "weight_check_max_abs_diff": [_flat(r)["perf/weight_check_max_abs_diff"] for r in result["metrics"]
+                                      if "perf/weight_check_max_abs_diff" in _flat(r)],
+        "phase_s": {**phase, **{f"run/{k}": v for k, v in summary.get("phase_s", {}).items()}},
+        "peak_rss_gib": launched.peak_rss / 2**30,
+        "estimate": estimate(summary, shrunk, opts) if summary else None,
+    })
+    return findings, report
+
+
+class RayHead:
+    """A Ray head of our own on free loopback ports, for the real slime run; stopped by its PIDs only."""
+
+    def __init__(self, launched: Launched, address: str):
+        self.launched, self.address = launched, address
+
+    def stop(self):
+        self.launched.stop(grace_s=10)
+
+
+def _free_port() -> int:
+    """A free loopback port outside Ray's default worker range (10002-19999)."""
+    import socket
+
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if not 10000 <= port < 20000:
+            return port
+
+
+def start_ray_head(out: Path, env: dict) -> RayHead:
+    import socket
+
+    from slime_common.errors import RunError
+
+    port = _free_port()
+    cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+           "--port", str(port), "--dashboard-port", str(_free_port()), "--include-dashboard", "false",
+           "--ray-client-server-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port()),
+           "--disable-usage-stats"]
+    if "RAY_TMPDIR" in env:
+        cmd += ["--temp-dir", env["RAY_TMPDIR"]]
+    launched = Launched(cmd, env, out / "ray-head.log")
+    deadline = time.monotonic() + 90
+    up = False
+    while not up and time.monotonic() < deadline and launched.proc.poll() is None:  # GCS listening: the head is up
+        launched.snapshot()
+        with socket.socket() as sock:
+            sock.settimeout(1)
+            up = sock.connect_ex(("127.0.0.1", port)) == 0
+        if not up:
+            time.sleep(0.5)
+    if not up:
+        launched.stop(grace_s=10)
+        raise RunError(f"the Ray head for the smoke run did not start; see {out / 'ray-head.log'} "
+                       "(or set RAY_ADDRESS to a cluster of yours)")
+    return RayHead(launched, f"127.0.0.1:{port}")
+
+
+def render_report(findings: list[Finding], report: dict, console) -> None:
+    from rich.table import Table
+
+    from slime_check.findings import render
+
+    # prereqs' passing rows are in --json; the table keeps what needs reading
+    shown = [f for f in findings if not (f.status is Status.PASS and f.group in ("packages", "system"))]
+    render(shown, "slime-check smoke", console)
+    if "stopped" in report:
+        console.print(f"[bold]not run:[/bold] {report['stopped']}")
+        return
+    table = Table(title="smoke run", show_header=False)
+    for path, h in report.get("hooks", {}).items():
+        table.add_row(f"hook {h['flag']}", f"{path}: {h['calls']} calls" + (f", {h['errors']} errors"
+                                                                              if h["errors"] else ""))
+    if report.get("rewards"):
+        table.add_row("reward per rollout", ", ".join(f"{r:.3f}" for r in report["rewards"]))
+        table.add_row("truncated share", ", ".join(f"{r:.0%}" for r in report["truncated_ratio"]))
+        table.add_row("response length", ", ".join(f"{r:.1f}" for r in report["response_length"]))
+    if report.get("weight_check_max_abs_diff"):
+        table.add_row("weight-update check", f"max |diff| {max(report['weight_check_max_abs_diff']):.2g}")
+    for k, v in report.get("phase_s", {}).items():
+        table.add_row(f"seconds {k}", f"{v:.1f}")
+    table.add_row("peak memory", f"{report.get('peak_rss_gib', 0):.2f} GiB (the run's process tree)")
+    est = report.get("estimate")
+    if est:
+        table.add_row("ESTIMATE per rollout", f"{est['estimated_per_rollout_s']:.0f} s ({est['label']})")
+    table.add_row("log", str(report.get("log")))
+    table.add_row("command", str(report.get("command_file")))
+    console.print(table)

@@ -1,0 +1,471 @@
+"""slime-check smoke: the shrunk job, the log signatures, the slime compatibility layer, the checks that
+stop a broken job before it starts, the --with slime launcher (a stub train.py), and end-to-end
+rehearsals on slime-ref of launch scripts whose hooks import slime.* (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from slime_check.findings import Status
+from slime_check.log_signatures import scan
+from slime_check.smoke import Job, SmokeOptions, last, shrink, split_flags
+
+TESTS = Path(__file__).resolve().parent
+FIXTURES = TESTS / "fixtures" / "smoke"
+REPO = TESTS.parent
+CLI = [sys.executable, "-c", "from slime_check.cli import main; main()"]
+
+
+def _env(**extra) -> dict:
+    return {**os.environ, "COLUMNS": "200", "PYTHONPATH": os.pathsep.join(
+        [str(REPO / "reference_impl"), os.environ.get("PYTHONPATH", "")]), **extra}
+
+
+def smoke(*args, cwd=None, timeout=900) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, "smoke", *args], capture_output=True, text=True, timeout=timeout, env=_env(), cwd=cwd)
+
+
+def ids(report: dict, status: str | None = None) -> list[str]:
+    return [f["id"] for f in report["findings"] if status is None or f["status"] == status]
+
+
+@pytest.fixture
+def short_tmp():
+    # short: Ray's socket paths under OUT/ray must fit 107 bytes
+    path = Path(tempfile.mkdtemp(prefix="sm-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from slime_ref.assets import make_tiny
+
+    root = Path(tempfile.mkdtemp(prefix="smt-", dir="/tmp"))
+    yield make_tiny(root / "tiny")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# shrinking
+
+
+FULL = ["--hf-checkpoint", "/models/Qwen3-4B", "--load", "/ckpt/run", "--save", "/ckpt/run", "--save-interval", "20",
+        "--prompt-data", "/data/train.jsonl", "--input-key", "prompt", "--label-key", "label",
+        "--apply-chat-template", "--num-rollout", "3000", "--rollout-batch-size", "32", "--n-samples-per-prompt", "8",
+        "--global-batch-size", "128", "--num-steps-per-rollout", "2", "--rollout-max-response-len", "8192",
+        "--custom-rm-path", "my.rm.fn", "--use-kl-loss", "--kl-loss-coef", "0.01", "--ref-load", "/ckpt/ref",
+        "--num-layers", "36", "--hidden-size", "2560", "--tensor-model-parallel-size", "2", "--colocate",
+        "--use-wandb", "--wandb-project", "p", "--eval-prompt-data", "aime", "/data/aime.jsonl",
+        "--eval-interval", "10"]
+
+
+def test_shrink_keeps_the_job_and_changes_only_its_size(tmp_path):
+    opts = SmokeOptions(out=tmp_path)
+    data = {"prompt": tmp_path / "data" / "prompt.jsonl", "eval": [("aime", tmp_path / "data" / "eval-aime.jsonl")]}
+    shrunk = shrink(Job("train.py", FULL, "x", {}), opts, tmp_path / "model", data)
+    items = split_flags(shrunk.argv)
+    get = lambda name: last(items, name)  # noqa: E731
+    rbs, n, gbs, steps = (int(get(f)[0]) for f in ("--rollout-batch-size", "--n-samples-per-prompt",
+                                                     "--global-batch-size", "--num-steps-per-rollout"))
+    assert rbs * n == gbs * steps and rbs == 2 and steps == 2
+    assert get("--num-rollout") == ["2"] and get("--rollout-max-response-len") == ["32"]
+    assert get("--check-weight-update-equal") == [] and get("--wandb-mode") == ["offline"]
+    # saves under --out; the user's checkpoint folders appear nowhere
+    assert get("--save") == [str(tmp_path / "save")]
+    assert "/ckpt/run" not in shrunk.argv and "/ckpt/ref" not in shrunk.argv
+    # what the job is stays: chat template, keys, KL loss, colocate, the hook (wrapped to count calls)
+    for flag in ("--apply-chat-template", "--use-kl-loss", "--colocate"):
+        assert get(flag) == []
+    assert get("--input-key") == ["prompt"] and get("--kl-loss-coef") == ["0.01"]
+    assert get("--custom-rm-path")[0].startswith("slime_smoke_hooks.")
+    assert list(shrunk.hooks.values()) == [("--custom-rm-path", "my.rm.fn")]
+    assert get("--num-layers") is None and get("--tensor-model-parallel-size") == ["1"]
+    assert get("--eval-prompt-data") == ["aime", str(tmp_path / "data" / "eval-aime.jsonl")]
+
+
+def test_shrink_for_real_slime_keeps_model_args_and_layout(tmp_path):
+    opts = SmokeOptions(out=tmp_path, engine="slime")
+    shrunk = shrink(Job("train.py", FULL, "x", {}), opts, Path("/models/Qwen3-4B"), {"prompt": tmp_path / "p.jsonl"})
+    items = split_flags(shrunk.argv)
+    assert last(items, "--num-layers") == ["36"] and last(items, "--tensor-model-parallel-size") == ["2"]
+    assert last(items, "--ref-load") == ["/ckpt/ref"] and last(items, "--save") == [str(tmp_path / "save")]
+
+
+# ---------------------------------------------------------------------------------------------
+# log signatures (excerpts in slime's and SGLang's formats)
+
+
+LOGS = {
+    "smoke.log.placement_group": "Waiting for placement group of 16 GPUs (elapsed 60s): 8 GPUs registered with Ray, "
+                                 "8 available.",
+    "smoke.log.cuda_graph": "(SGLangEngine pid=4121) Exception: Capture cuda graph failed: CUDA out of memory. "
+                            "Tried to allocate 2.00 GiB",
+    "smoke.log.train_oom": "(MegatronTrainRayActor pid=812) torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                           "allocate 9.27 GiB. GPU 0 has a total capacity of 79.11 GiB",
+    "smoke.log.nccl_timeout": "[rank0]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: "
+                              "WorkNCCL(SeqNum=12, OpType=BROADCAST, NumelIn=1, Timeout(ms)=600000) ran for 600094 ms",
+    "smoke.log.engine_exit": "ray::SGLangEngine.init() Exception: Server process terminated unexpectedly.",
+    "smoke.log.hook_import": "(RolloutManager pid=77) ModuleNotFoundError: No module named 'my_rewards'",
+    "smoke.log.data_key": "(RolloutManager pid=77) KeyError: 'question'",
+    "smoke.log.weight_check": "(SGLangEngine pid=4121) check tensor equality failed: name=model.layers.0.mlp "
+                              "max_abs_err=0.5",
+    "smoke.log.nan": "(MegatronTrainRayActor pid=812) RuntimeError: Rank 0: found NaN in local grad norm for bucket #0 "
+                     "in backward pass before data-parallel communication collective",
+    "smoke.log.ray_start": "Exception: The current node timed out during startup. This could happen because some "
+                           "of the raylet failed to startup or the GCS has become overloaded.",
+    "smoke.log.router_unreachable": "(RolloutManager pid=77) Max retries (60) reached, failing... "
+                                    "(url=http://10.0.0.1:3000/generate)",
+}
+
+
+@pytest.mark.parametrize("expected", sorted(LOGS))
+def test_each_log_signature_gives_its_finding(expected):
+    found = scan("INFO something normal\n" + LOGS[expected] + "\nINFO more\n")
+    assert expected in [f.id for f in found]
+    mine = next(f for f in found if f.id == expected)
+    assert mine.status is Status.FAIL and mine.fix and mine.doc.startswith("https://github.com/THUDM/slime/blob/v0.3.1/")
+
+
+def test_one_oom_is_reported_once_by_its_most_specific_signature():
+    found = [f.id for f in scan(LOGS["smoke.log.cuda_graph"])]
+    assert found == ["smoke.log.cuda_graph"]
+
+
+def test_normal_lines_are_not_findings():
+    benign = ("[torch_memory_saver.cpp] cuMemCreate CUDA_ERROR_OUT_OF_MEMORY (may not be an issue e.g. torch "
+              "allocator will free cache and retry)\nAbort request for SGLang server http://10.0.0.1:3001\n"
+              '"GET /health HTTP/1.1" 200 OK\n')
+    assert scan(benign) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the slime compatibility layer
+
+
+def test_compat_layer_provides_slimes_hook_imports_and_names_a_missing_one():
+    from slime_check.compat import ROOT
+
+    code = ("from slime.utils.types import Sample\nfrom slime.utils.http_utils import post\n"
+            "from slime.rollout.sglang_rollout import GenerateState\n"
+            "from slime.rollout.rm_hub import batched_async_rm\n"
+            "from slime.utils.misc import load_function\n"
+            "from slime.rollout.filter_hub.dynamic_sampling_filters import check_reward_nonzero_std\n"
+            "from slime.rollout.data_source import RolloutDataSourceWithBuffer\n"
+            "try:\n    from slime.utils.types import Nope\nexcept ImportError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=_env(PYTHONPATH=os.pathsep.join([str(ROOT), str(REPO / "reference_impl")])))
+    assert done.returncode == 0, done.stderr
+    assert "slime.utils.types.Nope is not provided by slime-check's slime compatibility layer" in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# checks that stop a broken job before anything starts (no run: seconds)
+
+
+def _script(tmp: Path, tiny, *extra: str, rm="smoke_hooks.reward.boxed_match") -> Path:
+    text = (FIXTURES / "run-hooks.sh").read_text()
+    script = tmp / "run.sh"
+    script.write_text(text.replace('SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"',
+                                   f'SCRIPT_DIR="{FIXTURES}"')
+                      .replace("   --rollout-temperature 1.0\n", "   --rollout-temperature 1.0\n" +
+                               "".join(f"   {e}\n" for e in extra)))
+    return script
+
+
+def _run_json(script: Path, tiny, out: Path, *env: str, timeout=900):
+    done = smoke(str(script), "--out", str(out), "--json", "--env", f"TINY={tiny.root}", "--env",
+                 f"SAVE_DIR={out.parent / 'user-ckpt'}", *[x for e in env for x in ("--env", e)], timeout=timeout)
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr[-4000:]
+    return done, json.loads(done.stdout) if done.stdout.strip().startswith("{") else None
+
+
+def test_missing_data_key_stops_before_the_run(short_tmp, tiny):
+    done, report = _run_json(_script(short_tmp, tiny, "--label-key answer"), tiny, short_tmp / "out")
+    assert done.returncode == 1
+    assert "config.data" in ids(report, "FAIL") and "stopped" in report["run"]
+    assert not (short_tmp / "out" / "smoke.log").exists()
+
+
+def test_kl_loss_without_ref_load_stops_before_the_run(short_tmp, tiny):
+    done, report = _run_json(_script(short_tmp, tiny, "--use-kl-loss", "--kl-loss-coef 0.01"), tiny, short_tmp / "o")
+    assert done.returncode == 1 and "config.kl" in ids(report, "FAIL")
+
+
+def test_a_hook_that_fails_to_import_stops_before_the_run(short_tmp, tiny):
+    done, report = _run_json(_script(short_tmp, tiny), tiny, short_tmp / "out", "RM=smoke_hooks.broken.reward")
+    assert done.returncode == 1
+    failed = [f for f in report["findings"] if f["id"] == "smoke.hook_import" and f["status"] == "FAIL"]
+    assert len(failed) == 1 and "SampleThatDoesNotExist" in failed[0]["finding"]
+    assert "compatibility layer" in failed[0]["finding"]
+    assert not (short_tmp / "user-ckpt").exists()
+
+
+def test_usage_errors_exit_2_without_a_traceback(tmp_path):
+    done = smoke(str(tmp_path / "missing.sh"), "--out", str(tmp_path / "o"))
+    assert done.returncode == 2 and "no such script" in done.stderr and "Traceback" not in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# --with slime: the launcher, on a stub train.py (no GPU, no slime)
+
+
+STUB = '''import json, os, subprocess, sys, time
+print("argv " + json.dumps(sys.argv[1:]), flush=True)
+print("env " + json.dumps({k: os.environ.get(k) for k in ("RAY_ADDRESS", "PYTHONPATH", "WANDB_MODE", "MY_VAR")}),
+      flush=True)
+mode = os.environ.get("STUB_MODE", "fail")
+if mode == "fail":
+    print("Waiting for placement group of 8 GPUs (elapsed 30s): 1 GPUs registered with Ray, 1 available.", flush=True)
+    sys.exit(1)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(os.environ["STUB_PIDS"], "w") as fh:
+    fh.write(f"{os.getpid()} {child.pid}")
+time.sleep(600)
+'''
+
+
+def _stub_slime(tmp: Path) -> Path:
+    slime_dir = tmp / "slime"
+    slime_dir.mkdir()
+    (slime_dir / "train.py").write_text(STUB)
+    return slime_dir
+
+
+def _argv_job(tiny) -> list[str]:
+    return ["--hf-checkpoint", str(tiny.model_dir), "--prompt-data", str(tiny.train_path), "--input-key", "prompt",
+            "--label-key", "label", "--rm-type", "math", "--num-rollout", "100", "--rollout-batch-size", "8",
+            "--n-samples-per-prompt", "4", "--global-batch-size", "32", "--num-layers", "2", "--hidden-size", "128",
+            "--ffn-hidden-size", "384", "--num-attention-heads", "4", "--group-query-attention",
+            "--num-query-groups", "2", "--kv-channels", "32", "--swiglu", "--rotary-base", "10000",
+            "--vocab-size", "256", "--normalization", "RMSNorm", "--qk-layernorm", "--colocate",
+            "--actor-num-gpus-per-node", "1"]
+
+
+def test_with_slime_runs_train_py_with_the_rewritten_argv_and_reads_its_log(short_tmp, tiny):
+    slime_dir = _stub_slime(short_tmp)
+    out = short_tmp / "out"
+    done = subprocess.run([*CLI, "smoke", "--with", "slime", "--slime-dir", str(slime_dir), "--force", "--json",
+                           "--out", str(out), "--env", "MY_VAR=1", "--", *_argv_job(tiny)],
+                          capture_output=True, text=True, timeout=300, env=_env(RAY_ADDRESS="127.0.0.1:1"))
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert done.returncode == 1
+    assert "smoke.log.placement_group" in ids(report, "FAIL") and "smoke.run" in ids(report, "FAIL")
+    log = (out / "smoke.log").read_text()
+    argv = json.loads(next(ln for ln in log.splitlines() if ln.startswith("argv "))[5:])
+    env = json.loads(next(ln for ln in log.splitlines() if ln.startswith("env "))[4:])
+    assert env["RAY_ADDRESS"] == "127.0.0.1:1"  # a given cluster is used, no head of our own
+    assert env["WANDB_MODE"] == "offline" and env["MY_VAR"] == "1"
+    assert argv[argv.index("--num-rollout") + 1] == "2" and "--check-weight-update-equal" in argv
+    assert argv[argv.index("--num-layers") + 1] == "2"  # MODEL_ARGS reach the real train.py
+    assert (out / "smoke-command.sh").read_text().count("train.py") == 1
+
+
+def test_with_slime_timeout_stops_exactly_what_it_started(short_tmp, tiny):
+    slime_dir = _stub_slime(short_tmp)
+    out = short_tmp / "out"
+    pids_file = short_tmp / "pids"
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        done = subprocess.run([*CLI, "smoke", "--with", "slime", "--slime-dir", str(slime_dir), "--force", "--json",
+                               "--timeout", "8", "--out", str(out), "--", *_argv_job(tiny)],
+                              capture_output=True, text=True, timeout=300,
+                              env=_env(RAY_ADDRESS="127.0.0.1:1", STUB_MODE="hang", STUB_PIDS=str(pids_file)))
+        report = json.loads(done.stdout)
+        assert done.returncode == 1 and "did not finish" in next(
+            f["finding"] for f in report["findings"] if f["id"] == "smoke.run")
+        for pid in map(int, pids_file.read_text().split()):
+            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert bystander.poll() is None  # a process it did not start is left alone
+    finally:
+        bystander.kill()
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end on slime-ref (slow: each run takes 1-3 minutes on 2 CPU cores)
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any(text in part for part in proc.info["cmdline"] or []):
+                found.append(f"{proc.pid} {' '.join(proc.info['cmdline'])[:120]}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def _listing(path: Path) -> set[str]:
+    return {str(p.relative_to(path)) for p in path.rglob("*")}
+
+
+@pytest.mark.slow
+def test_hooks_written_for_slime_run_on_slime_ref_and_report_their_calls(short_tmp, tiny):
+    before_fixtures, before_tiny = _listing(FIXTURES), _listing(tiny.root)
+    done, report = _run_json(_script(short_tmp, tiny), tiny, short_tmp / "out")
+    assert done.returncode == 0, json.dumps(report, indent=1)[-4000:] if report else done.stderr[-4000:]
+    hooks = report["run"]["hooks"]
+    for path in ("smoke_hooks.tool_loop.generate", "smoke_hooks.reward.boxed_match",
+                 "smoke_hooks.filters.drop_empty_groups", "smoke_hooks.data.FirstPromptsFirst"):
+        assert hooks[path]["calls"] > 0 and hooks[path]["errors"] == 0, hooks
+    assert report["run"]["compat_slime"] is True
+    assert report["run"]["weight_check_max_abs_diff"]
+    assert "smoke.weight_update" in ids(report, "PASS")
+    # writes only under --out; the user's checkpoint folder is never created
+    assert not (short_tmp / "user-ckpt").exists()
+    assert _listing(FIXTURES) == before_fixtures and _listing(tiny.root) == before_tiny
+    assert _processes_mentioning(str(short_tmp)) == []
+
+
+@pytest.mark.slow
+def test_a_rollout_function_path_rollout_runs(short_tmp, tiny):
+    done = smoke(str(FIXTURES / "run-rollout-fn.sh"), "--out", str(short_tmp / "out"), "--json",
+                 "--env", f"TINY={tiny.root}")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, json.dumps(report["findings"], indent=1)[-3000:]
+    assert report["run"]["hooks"]["smoke_hooks.rollout.generate_rollout"]["calls"] >= 2
+
+
+@pytest.mark.slow
+def test_a_hook_raising_on_one_sample_is_a_finding_not_a_traceback(short_tmp, tiny):
+    done, report = _run_json(_script(short_tmp, tiny), tiny, short_tmp / "out", "RM=smoke_hooks.reward.raises_once")
+    assert done.returncode == 1
+    error = next(f for f in report["findings"] if f["id"] == "smoke.hook_error")
+    assert "raised on 1 of" in error["finding"] and "cannot parse the answer" in error["finding"]
+    assert _processes_mentioning(str(short_tmp)) == []
+
+
+@pytest.mark.slow
+def test_a_reward_always_zero_and_every_response_truncated_are_findings(short_tmp, tiny):
+    done, report = _run_json(_script(short_tmp, tiny), tiny, short_tmp / "out",
+                             "RM=smoke_hooks.reward.always_zero", "MAX_LEN=2")
+    assert done.returncode == 1
+    failed = ids(report, "FAIL")
+    assert "smoke.reward" in failed and "smoke.truncation" in failed
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_run_and_leaves_nothing(short_tmp, tiny):
+    out = short_tmp / "out"
+    shown = open(short_tmp / "stdout.txt", "wb")  # a file: a full pipe would stall the streamed log
+    proc = subprocess.Popen([*CLI, "smoke", str(_script(short_tmp, tiny)), "--out", str(out),
+                             "--env", f"TINY={tiny.root}", "--env", f"SAVE_DIR={short_tmp / 'user-ckpt'}"],
+                            stdout=shown, stderr=subprocess.PIPE, env=_env(), start_new_session=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (out / "run" / "args.json").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        time.sleep(0.5)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=180)
+    shown.close()
+    assert proc.returncode == 130, err.decode()[-3000:]
+    assert "Traceback" not in err.decode()
+    deadline = time.monotonic() + 60
+    while _processes_mentioning(str(short_tmp)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _processes_mentioning(str(short_tmp)) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the tiny stand-in model, and the verdict on a finished run
+
+
+def test_tiny_model_keeps_the_users_family_shape(tmp_path):
+    from slime_check.smoke import build_model
+
+    user = tmp_path / "Llama-3.1-8B"
+    user.mkdir()
+    (user / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "vocab_size": 128256, "rope_theta": 500000.0,
+        "tie_word_embeddings": True, "rms_norm_eps": 1e-5}))
+    model_dir, findings = build_model([("--hf-checkpoint", [str(user)])], tmp_path / "out")
+    cfg = json.loads((model_dir / "config.json").read_text())
+    assert cfg["model_type"] == "llama" and cfg["num_hidden_layers"] == 2
+    assert cfg["num_attention_heads"] // cfg["num_key_value_heads"] == 4 and cfg["tie_word_embeddings"] is True
+    assert {f.id: f.status for f in findings}["smoke.tokenizer"] is Status.WARN  # no tokenizer files here
+
+
+def test_a_family_slime_ref_does_not_build_becomes_the_nearest_dense_shape_with_a_warning(tmp_path):
+    from slime_check.smoke import build_model
+
+    user = tmp_path / "moe"
+    user.mkdir()
+    (user / "config.json").write_text(json.dumps({"model_type": "deepseek_v3", "num_attention_heads": 128,
+                                                  "num_key_value_heads": 128}))
+    model_dir, findings = build_model([("--hf-checkpoint", [str(user)])], tmp_path / "out")
+    assert json.loads((model_dir / "config.json").read_text())["model_type"] == "qwen3"
+    warn = [f for f in findings if f.id == "smoke.model" and f.status is Status.WARN]
+    assert warn and "'deepseek_v3'" in warn[0].finding
+
+
+def _result(rewards, truncated, probe=(), rc=0, errors=0):
+    metrics = [{"rollout/raw_reward": r, "rollout/truncated_ratio": t, "rollout/zero_std_ratio": 1.0,
+                "rollout/response_length": 30.0, "perf/weight_check_max_abs_diff": 0.0}
+               for r, t in zip(rewards, truncated, strict=True)]
+    hooks = {"h0": {"flag": "--custom-rm-path", "path": "my.rm", "calls": 8, "errors": errors,
+                    "first_error": "ValueError: bad" if errors else None, "label_probe": list(probe)}}
+    return {"returncode": rc, "timed_out": False, "log": "", "metrics": metrics, "hooks": hooks, "wall_s": 10.0}
+
+
+def _verdict(result, user_len):
+    from slime_check.smoke import Shrunk, verdict
+
+    shrunk = Shrunk([], [], {}, [], user_len, {})
+    return {f.id: f for f in verdict(result, shrunk, SmokeOptions(out=Path("/tmp/x")))}
+
+
+def test_verdict_reward_zero_even_for_the_label_fails_but_equal_rewards_only_warn():
+    assert _verdict(_result([0, 0], [0.5, 0.5], probe=[0.0, 0.0]), 512)["smoke.reward"].status is Status.FAIL
+    assert _verdict(_result([0, 0], [0.5, 0.5], probe=[0.0, 1.0]), 512)["smoke.reward"].status is Status.WARN
+
+
+def test_verdict_truncation_fails_only_at_the_users_own_length():
+    assert _verdict(_result([0], [1.0]), 8)["smoke.truncation"].status is Status.FAIL
+    assert _verdict(_result([0], [1.0]), 4096)["smoke.truncation"].status is Status.PASS  # the smoke cap
+
+
+def test_verdict_names_a_hook_that_raised():
+    found = _verdict(_result([0], [0.0], rc=1, errors=1), 512)
+    assert found["smoke.hook_error"].status is Status.FAIL and "ValueError: bad" in found["smoke.hook_error"].finding
+
+
+def test_with_slime_starts_a_ray_head_of_its_own_and_stops_it(short_tmp, tiny):
+    slime_dir = _stub_slime(short_tmp)
+    out = short_tmp / "out"
+    env = _env()
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([*CLI, "smoke", "--with", "slime", "--slime-dir", str(slime_dir), "--force", "--json",
+                           "--out", str(out), "--", *_argv_job(tiny)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    log = (out / "smoke.log").read_text()
+    address = json.loads(next(ln for ln in log.splitlines() if ln.startswith("env "))[4:])["RAY_ADDRESS"]
+    assert address.startswith("127.0.0.1:") and address != "127.0.0.1:6379"  # a free port, not the default
+    assert "Traceback" not in (out / "ray-head.log").read_text()
+    deadline = time.monotonic() + 30
+    while _processes_mentioning(str(short_tmp)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _processes_mentioning(str(short_tmp)) == []
+
+
+def test_flags_slime_ref_does_not_implement_are_left_out_and_named():
+    from slime_check.smoke import drop_unimplemented
+
+    kept, dropped = drop_unimplemented(["--lr", "1e-6", "--optimizer-cpu-offload", "--attention-softmax-in-fp32",
+                                        "--sglang-mem-fraction-static", "0.7", "--colocate"])
+    assert dropped == ["--optimizer-cpu-offload", "--attention-softmax-in-fp32"]
+    assert kept == ["--lr", "1e-6", "--sglang-mem-fraction-static", "0.7", "--colocate"]
