@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from slime_check.findings import Status
 from slime_check.log_signatures import scan
 from slime_check.smoke import Job, SmokeOptions, last, shrink, split_flags

@@ -94,10 +94,9 @@ class Job:
 
 def read_job(script_or_args: list[str], slime_dir, env: dict[str, str]) -> tuple[Job, list[Finding]]:
     """The job's argv (all words known), and ``config``'s findings on it."""
-    from slime_common.errors import UserError
-
     from slime_check.config_lint import lint_argv, lint_script
     from slime_check.launch_script import Origin, ScriptError, Word, read_script
+    from slime_common.errors import UserError
 
     if script_or_args[0].startswith("-"):
         argv = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(script_or_args)]
@@ -188,8 +187,9 @@ def _int(values, default=None):
 
 def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path]) -> Shrunk:
     """The same job at toy size. ``data`` maps "prompt" and eval names to the small files under OUT."""
-    from slime_check.config_lint import HOOK_FLAGS
+    from slime_common.registry import load_registry
 
+    hook_flags = set(load_registry().hook_flags())
     items = split_flags(job.argv)
     out = opts.out
     full = {
@@ -224,7 +224,7 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
     for flag, values in items:
         if (flag in DROPPED and not (real and flag in kept_for_real)) or flag in replaced:
             continue
-        if flag in HOOK_FLAGS and values:
+        if flag in hook_flags and values:
             wrapped = []
             for v in values:
                 hook_id = f"h{len(hooks)}_{flag.lstrip('-').replace('-', '_')}"
@@ -261,9 +261,8 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
 def drop_unimplemented(argv: list[str]) -> tuple[list[str], list[str]]:
     """slime's flags slime-ref's parser does not declare (nor passes to SGLang or the router) are left out
     of the rehearsal, and named; slime-ref would refuse them."""
-    from slime_ref.arguments import build_parser
-
     from slime_common.registry import load_registry
+    from slime_ref.arguments import build_parser
 
     known = set(build_parser()._option_string_actions)
     reg = load_registry()
@@ -319,8 +318,9 @@ def _family_tiny(out: Path, src: Path, user_cfg: dict, family: str, tok_local: b
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
-    from slime_ref.assets import build_tokenizer, padded_vocab_size
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from slime_ref.assets import build_tokenizer, padded_vocab_size
 
     model_dir = out / "model"
     if tok_local:

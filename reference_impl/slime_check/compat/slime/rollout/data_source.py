@@ -2,9 +2,8 @@
 Used by `slime-check smoke --with slime-ref` when slime is not importable.
 Its names are listed in skill/references/smoke.md."""
 
-from slime_ref.data.source import RolloutDataSource, RolloutDataSourceWithBuffer, pop_first
-
 from slime_check.compat._missing import missing_name
+from slime_ref.data.source import RolloutDataSource, RolloutDataSourceWithBuffer, pop_first
 
 DataSource = RolloutDataSource
 

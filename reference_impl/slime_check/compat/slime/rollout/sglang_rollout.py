@@ -2,10 +2,9 @@
 Used by `slime-check smoke --with slime-ref` when slime is not importable.
 Its names are listed in skill/references/smoke.md."""
 
+from slime_check.compat._missing import missing_name
 from slime_ref.rollout import sglang_rollout as _ref
 from slime_ref.rollout.sglang_rollout import generate, generate_and_rm, generate_and_rm_group, generate_rollout
-
-from slime_check.compat._missing import missing_name
 
 
 class GenerateState:

@@ -2,9 +2,8 @@
 Used by `slime-check smoke --with slime-ref` when slime is not importable.
 Its names are listed in skill/references/smoke.md."""
 
-from slime_ref.rollout.filters import check_reward_nonzero_std, check_reward_nonzero_std_with_fallback
-
 from slime_check.compat._missing import missing_name
+from slime_ref.rollout.filters import check_reward_nonzero_std, check_reward_nonzero_std_with_fallback
 
 __all__ = ["check_reward_nonzero_std", "check_reward_nonzero_std_with_fallback"]
 
