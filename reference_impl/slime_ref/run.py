@@ -121,7 +121,10 @@ class Run:
                 c_args = critic_args(args)
                 self.critic = TrainGroup(c_args, placement, role="critic")
                 critic_start, _ = self.critic.init(c_args)
-                if critic_start != self.start_rollout_id:
+                if critic_start == 0 and self.start_rollout_id:  # e.g. a GRPO checkpoint continued with PPO
+                    logger.warning("no critic checkpoint in %s: the critic starts fresh at rollout %d",
+                                   c_args.load, self.start_rollout_id)
+                elif critic_start != self.start_rollout_id:
                     raise UserError(f"the critic's checkpoint ({c_args.load}) resumes at rollout {critic_start}, "
                                     f"the actor's ({args.load}) at {self.start_rollout_id}; load a matching pair")
             if data_state is not None:
