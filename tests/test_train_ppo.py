@@ -77,3 +77,22 @@ def test_critic_only_run_leaves_the_actor_bit_identical(tiny, tmp_path):
     assert set(after) <= set(before)
     for name, tensor in after.items():
         assert torch.equal(tensor, before[name]), name
+
+
+@pytest.mark.slow  # the quick start's warm-up and 80 rollouts, with a critic (about 4 minutes on 2 cores)
+def test_ppo_raises_the_reward_by_the_grpo_quickstarts_margin(tmp_path):
+    """The GRPO quick start's recipe with --advantage-estimator ppo: the held-out reward rises by at
+    least the 0.3 the quick start must reach (measured: 0.18 -> 0.77 with PPO, 0.23 -> 0.78 with GRPO)."""
+    from slime_check.quickstart import QuickstartConfig, grpo_argv, warmup_argv
+    from slime_ref.arguments import parse_args
+    from slime_ref.assets import make_tiny
+    from slime_ref.train import train
+
+    out = tmp_path / "qs"
+    cfg = QuickstartConfig(seed=0)
+    assets = make_tiny(out / "assets", seed=0)
+    train(parse_args(warmup_argv(cfg, assets, out)))
+    argv = grpo_argv(cfg, assets, out)
+    argv[argv.index("--advantage-estimator") + 1] = "ppo"
+    summary = train(parse_args(argv))
+    assert summary["reward_after"] - summary["reward_before"] >= 0.3, summary["eval"]
