@@ -96,3 +96,14 @@ def test_ppo_raises_the_reward_by_the_grpo_quickstarts_margin(tmp_path):
     argv[argv.index("--advantage-estimator") + 1] = "ppo"
     summary = train(parse_args(argv))
     assert summary["reward_after"] - summary["reward_before"] >= 0.3, summary["eval"]
+
+
+@pytest.mark.slow  # two real runs
+def test_a_grpo_checkpoint_continues_with_ppo_and_a_fresh_critic(tiny, tmp_path):
+    ck = tmp_path / "ck"
+    run_train(grpo_flags(tiny, tmp_path / "grpo", "--actor-num-gpus-per-node", "1", "--colocate", "--num-rollout", "1",
+                         "--save", str(ck), "--save-interval", "1"))
+    out = tmp_path / "ppo"
+    run_train(grpo_flags(tiny, out, *PPO, "--colocate", "--num-rollout", "2", "--load", str(ck)))
+    assert json.loads((out / "summary.json").read_text())["start_rollout_id"] == 1
+    assert [r["rollout_id"] for r in rollouts(out)] == [1]
