@@ -12,6 +12,7 @@ import torch.multiprocessing as mp
 
 from algo_args import make_args
 from slime_ref.algo.advantages import (
+    chunked_gae,
     compute_advantages_and_returns,
     gae_advantages_and_returns,
     get_reinforce_plus_plus_returns,
@@ -262,3 +263,13 @@ def test_masked_whiten_uses_the_statistics_of_the_whole_process_group(tmp_path):
     got = torch.cat([torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)])
     expected = masked_whiten(values, mask)  # one process with all the data
     assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_chunked_gae_by_hand_across_a_chunk_boundary():
+    # the hand case above without KL: token rewards [0, 0, 1], values [0.5, 0.4, 0.3], gamma 0.9, lambda 0.8
+    #   A2 = 0.7; A1 = -0.13 + 0.72*0.7 = 0.374; A0 = -0.14 + 0.72*0.374 = 0.12928
+    rewards, values = torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.4, 0.3]])
+    for chunk_size in (1, 2, 3, 8):
+        advantages, returns = chunked_gae(rewards, values, 0.9, 0.8, chunk_size=chunk_size)
+        assert advantages[0].tolist() == pytest.approx([0.12928, 0.374, 0.7], abs=1e-6)
+        assert returns[0].tolist() == pytest.approx([0.62928, 0.774, 1.0], abs=1e-6)

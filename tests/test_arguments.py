@@ -70,7 +70,11 @@ RULES = [
     (["--tis-clip-low", "3"], "--tis-clip-low 3.0 must be <= --tis-clip 2.0"),
     (["--advantage-estimator", "reinforce_plus_plus"], "reinforce_plus_plus needs --normalize-advantages"),
     (["--advantage-estimator", "reinforce_plus_plus_baseline"], "--normalize-advantages"),
-    (["--advantage-estimator", "ppo"], "--advantage-estimator ppo: slime-ref has no critic model yet"),
+    (["--num-critic-only-steps", "1"], "--num-critic-only-steps needs a critic: add --advantage-estimator ppo"),
+    (["--advantage-estimator", "ppo", "--num-critic-only-steps", "-1"], "--num-critic-only-steps must be >= 0"),
+    (["--advantage-estimator", "ppo", "--loss-type", "sft_loss"], "--loss-type sft_loss has no policy"),
+    (["--advantage-estimator", "ppo", "--megatron-config-path", "/no/such.yaml"],
+     "--megatron-config-path /no/such.yaml: No such file"),
     (["--use-dynamic-batch-size"], "--use-dynamic-batch-size needs --max-tokens-per-gpu"),
     (["--rollout-max-context-len", "100", "--rollout-max-prompt-len", "100"],
      "--rollout-max-prompt-len 100 must be < --rollout-max-context-len 100"),
@@ -217,3 +221,34 @@ def test_model_args_are_checked_against_the_hf_config(tiny):
     tied = [x for x in good if x != "--untie-embeddings-and-output-weights"]
     with pytest.raises(UserError, match="--untie-embeddings-and-output-weights missing"):
         parse_args([*MINIMAL, "--hf-checkpoint", str(tiny.model_dir), *tied])
+
+
+def test_ppo_turns_on_the_critic_and_offloads_the_trainer():
+    args = parse_args([*MINIMAL, "--advantage-estimator", "ppo"])
+    assert args.use_critic and args.offload_train and args.num_critic_only_steps == 0
+    assert not parse_args(MINIMAL).use_critic
+
+
+def test_critic_flags_come_from_the_critic_entry_of_the_megatron_config(tmp_path):
+    from slime_ref.arguments import critic_args
+
+    config = tmp_path / "megatron.yaml"
+    config.write_text("megatron:\n"
+                      "  - {name: default, role: actor, overrides: {lr: 3.0e-6}}\n"
+                      "  - name: value\n    role: critic\n"
+                      "    overrides: {lr: 1e-5, lr_warmup_iters: 2, actor_num_gpus_per_node: 7}\n")
+    args = parse_args([*MINIMAL, "--advantage-estimator", "ppo", "--megatron-config-path", str(config),
+                       "--save", str(tmp_path / "ck"), "--lr", "2e-6"])
+    args.kl_coef, args.use_kl_loss = 0.1, True  # (set here: parse_args would want a reference model)
+    critic = critic_args(args)
+    assert critic.role == "critic" and critic.lr == 1e-5 and critic.lr_warmup_iters == 2
+    assert critic.actor_num_gpus_per_node == args.actor_num_gpus_per_node  # placement follows the CLI
+    assert critic.kl_coef == 0 and not critic.use_kl_loss and critic.ref_load is None
+    assert critic.untie_embeddings_and_output_weights
+    assert critic.save == str(tmp_path / "ck" / "critic")
+    assert args.lr == 2e-6 and args.kl_coef == 0.1  # the actor's own flags are untouched
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("megatron:\n  - {role: critic, overrides: {no_such_flag: 1}}\n")
+    args.megatron_config_path = str(bad)
+    with pytest.raises(UserError, match="no_such_flag"):
+        critic_args(args)

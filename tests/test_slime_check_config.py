@@ -142,6 +142,7 @@ BASE = ["--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--global-ba
     (["--rollout-batch-size", "abc"], "config.value", "expects int"),
     (["--advantage-estimator", "grpoo"], "config.value", "not one of"),
     (["--sglang-enable", "--x"], "config.abbreviation", "ambiguous"),
+    (["--advantage-estimator", "ppo", "--release-train"], "config.critic", "does not support critic"),
 ])
 def test_validate_args_rules(extra, id_, expect):
     findings = lint_argv(words(*BASE, *extra))
@@ -228,3 +229,18 @@ def test_every_problem_names_a_fix_and_a_doc():
     assert len(problems) >= 7
     for f in problems:
         assert f.fix and f.doc.startswith("https://github.com/THUDM/slime/blob/v0.3.1/"), f
+
+
+def test_critic_rules():
+    def critic(*extra):
+        return [f for f in lint_argv(words(*BASE, *extra)) if f.id == "config.critic"]
+
+    assert critic() == []
+    ok = critic("--advantage-estimator", "ppo", "--num-critic-only-steps", "1")
+    assert [f.status for f in ok] == [Status.PASS] and "critic-only" in ok[0].finding  # 1 >= --num-rollout 1
+    for extra, text in ((["--num-critic-only-steps", "2"], "no effect without a critic"),
+                        (["--megatron-config-path", "m.yaml"], "ignores it"),
+                        (["--advantage-estimator", "ppo", "--no-offload-train"], "turns --offload-train on")):
+        found = critic(*extra)
+        assert [f.status for f in found] == [Status.WARN] and text in found[0].finding, found
+        assert found[0].fix and found[0].doc.startswith("https://github.com/THUDM/slime/blob/v0.3.1/")

@@ -911,8 +911,42 @@ def check_data(cfg: Config) -> list[Finding]:
     return out
 
 
-RULES = [check_flags, check_batch, check_gpus, check_parallelism, check_kl, check_validate_args, check_hooks,
-         check_hf_config, check_data]
+CRITIC_DOC = GRPO_DOC  # algorithm flags; the skill explains the critic in references/algorithms.md
+
+
+def check_critic(cfg: Config) -> list[Finding]:
+    """slime's critic rules: ``use_critic`` follows from ``--advantage-estimator ppo``; the critic takes
+    the actor's GPUs, forces ``offload_train``, reads its own flags from ``--megatron-config-path``'s
+    ``role: critic`` entry, and cannot run with ``--release-train``."""
+    id_ = "config.critic"
+    ppo = cfg.get("--advantage-estimator") == "ppo"
+    critic_only = cfg.number("--num-critic-only-steps")
+    out = []
+    if ppo and cfg.get("--release-train") is True:
+        out.append(Finding(id_, Status.FAIL, "--release-train with --advantage-estimator ppo: slime stops at start-up "
+                                             "(release-train does not support critic training).",
+                           "Drop --release-train, or use a critic-free estimator (grpo, gspo, ...).", ARGS_DOC))
+    if not ppo and known(critic_only) and critic_only:
+        out.append(Finding(id_, Status.WARN, f"--num-critic-only-steps {critic_only} has no effect without a critic.",
+                           "Add --advantage-estimator ppo, or drop --num-critic-only-steps.", CRITIC_DOC))
+    if not ppo and cfg.has("--megatron-config-path"):
+        out.append(Finding(id_, Status.WARN, "--megatron-config-path is read only for the critic "
+                                             "(--advantage-estimator ppo); this run ignores it.",
+                           "Add --advantage-estimator ppo, or drop --megatron-config-path.", CRITIC_DOC))
+    if ppo and cfg.get("--offload-train") is False:
+        out.append(Finding(id_, Status.WARN, "--no-offload-train with a critic: slime turns --offload-train on "
+                                             "anyway (actor and critic take turns on the same GPUs).",
+                           "Drop --no-offload-train.", CRITIC_DOC))
+    if ppo and not out:
+        num_rollout = cfg.number("--num-rollout")
+        only = known(critic_only, num_rollout) and critic_only and critic_only >= num_rollout
+        out.append(Finding(id_, Status.PASS, "PPO critic on the actor's GPUs, --offload-train on"
+                                             + (" (critic-only run: the actor never trains)." if only else ".")))
+    return out
+
+
+RULES = [check_flags, check_batch, check_gpus, check_parallelism, check_kl, check_validate_args, check_critic,
+         check_hooks, check_hf_config, check_data]
 
 
 def lint_argv(argv: list[Word], entry: str = "train.py", reg: Registry | None = None) -> list[Finding]:

@@ -169,6 +169,12 @@ def add_algo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                        help="PPO clip range, upper side (DAPO clip-higher; default --eps-clip).")
     group.add_argument("--eps-clip-c", type=float, default=None, help="Dual-clip PPO bound (> 1).")
     group.add_argument("--value-clip", type=float, default=0.2, help="Critic value clip range.")
+    group.add_argument("--num-critic-only-steps", type=int, default=0,
+                       help="With --advantage-estimator ppo: train only the critic for the first N rollouts "
+                            "(>= --num-rollout: a critic-only run).")
+    group.add_argument("--megatron-config-path", type=str, default=None,
+                       help="YAML with a top-level 'megatron' list of role-tagged entries; the one with "
+                            "role: critic overrides the critic's flags (e.g. lr, load, save), the rest inherit.")
     group.add_argument("--kl-coef", type=float, default=0.0, help="KL penalty folded into the reward.")
     group.add_argument("--use-kl-loss", action="store_true", default=False, help="Add a KL-to-reference loss term.")
     group.add_argument("--kl-loss-coef", type=float, default=0.0, help="Weight of the KL loss term.")
@@ -508,6 +514,74 @@ def sort_unknown_flags(parser: argparse.ArgumentParser, unknown: list[str]) -> t
     return passthrough["sglang"], passthrough["router"]
 
 
+# keys a critic entry cannot change: GPU allocation follows the command line (as slime ignores them)
+_CRITIC_IGNORED_KEYS = ("actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus", "colocate")
+
+
+def megatron_role_overrides(path: str, role: str) -> dict:
+    """The ``overrides`` (or ``args``) of the one ``role`` entry of a ``--megatron-config-path`` YAML
+    (slime's ``parse_megatron_role_args`` format); {} when the file has no such entry."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f) or {}
+    except OSError as e:
+        raise UserError(f"--megatron-config-path {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"--megatron-config-path {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    example = "megatron: [{name: critic, role: critic, overrides: {lr: 1e-5}}]"
+    if not isinstance(raw, dict) or not isinstance(raw.get("megatron"), list):
+        raise UserError(f"--megatron-config-path {path}: needs a top-level 'megatron' list, e.g. {example}")
+    entries = [e for e in raw["megatron"] if isinstance(e, dict) and e.get("role") == role]
+    if len(entries) > 1:
+        raise UserError(f"--megatron-config-path {path}: {len(entries)} entries with role: {role}; keep one")
+    if not entries:
+        return {}
+    overrides = entries[0].get("overrides") or entries[0].get("args") or {}
+    if not isinstance(overrides, dict):
+        raise UserError(f"--megatron-config-path {path}: the role: {role} entry's overrides must be a mapping")
+    return overrides
+
+
+def critic_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The critic's flags: the actor's, with the ``role: critic`` entry of ``--megatron-config-path``
+    applied, and (as slime) no KL terms, no custom advantages and an output layer of its own.
+
+    Checkpoints: unless the entry sets ``save`` / ``load``, the critic saves to ``<--save>/critic``
+    and resumes from ``<--load>/critic``, beside the actor's."""
+    import copy
+
+    critic = copy.deepcopy(args)
+    overrides = megatron_role_overrides(args.megatron_config_path, "critic") if args.megatron_config_path else {}
+    for key, value in overrides.items():
+        key = key.replace("-", "_")
+        if key in _CRITIC_IGNORED_KEYS:
+            continue
+        if not hasattr(critic, key):
+            raise UserError(f"--megatron-config-path: the critic entry sets {key!r}, which is not a slime-ref flag")
+        original = getattr(critic, key)
+        if isinstance(value, str) and isinstance(original, (int, float)) and not isinstance(original, bool):
+            try:  # YAML reads 1e-5 as a string
+                value = type(original)(value)
+            except ValueError:
+                raise UserError(f"--megatron-config-path: critic {key}: {value!r} is not a number") from None
+        setattr(critic, key, value)
+    critic.role = "critic"
+    if "save" not in overrides and args.save:
+        critic.save = os.path.join(args.save, "critic")
+    if "load" not in overrides and args.load:
+        critic.load = os.path.join(args.load, "critic")
+    critic.kl_coef = 0.0
+    critic.use_kl_loss = False
+    critic.kl_loss_coef = 0.0
+    critic.ref_load = None
+    critic.save_hf = None
+    critic.custom_advantage_function_path = None
+    critic.untie_embeddings_and_output_weights = True
+    return critic
+
+
 def _flag(attr: str) -> str:
     return "--" + attr.replace("_", "-")
 
@@ -608,9 +682,18 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
             raise UserError(f"{source} {args.ref_load}: no such directory (needed as the reference model for {why})")
 
     # --- estimator and loss rules
-    if args.advantage_estimator == "ppo":
-        raise UserError("--advantage-estimator ppo: slime-ref has no critic model yet (GAE and the value loss "
-                        "exist only as tensor functions); use grpo, gspo, cispo or reinforce_plus_plus")
+    args.use_critic = args.advantage_estimator == "ppo"
+    if args.num_critic_only_steps < 0:
+        raise UserError(f"--num-critic-only-steps must be >= 0, got {args.num_critic_only_steps}")
+    if args.num_critic_only_steps and not args.use_critic:
+        raise UserError("--num-critic-only-steps needs a critic: add --advantage-estimator ppo")
+    if args.megatron_config_path is not None:
+        if not args.use_critic:
+            raise UserError("--megatron-config-path configures the critic; it needs --advantage-estimator ppo")
+        megatron_role_overrides(args.megatron_config_path, "critic")  # fail now on a malformed file
+    if args.use_critic and args.loss_type != "policy_loss":
+        raise UserError(f"--advantage-estimator ppo trains a critic beside a policy; --loss-type {args.loss_type} "
+                        "has no policy to train (use policy_loss)")
     if args.advantage_estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and \
             not args.normalize_advantages:
         raise UserError(f"--advantage-estimator {args.advantage_estimator} needs --normalize-advantages")
@@ -644,6 +727,8 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
         args.offload_rollout = True if args.offload_rollout is None else args.offload_rollout
     if args.offload:
         args.offload_train = args.offload_rollout = True
+    if getattr(args, "use_critic", False):
+        args.offload_train = True  # slime: a critic always offloads the trainer
     args.offload_train = bool(args.offload_train)
     args.offload_rollout = bool(args.offload_rollout)
     if args.rollout_num_gpus is None:

@@ -58,6 +58,7 @@ class Run:
         self.reaper = None
         self.rollout = None
         self.actor = None
+        self.critic = None  # --advantage-estimator ppo: the critic's TrainGroup, on the actor's bundles
         self.tracker = None
         self.weight_version = 0
         self.start_rollout_id = 0
@@ -113,6 +114,19 @@ class Run:
             self._event("setup", detail="building the Megatron model")
             self.actor = TrainGroup(args, placement)
             self.start_rollout_id, data_state = self.actor.init(args)
+            if args.use_critic:
+                from slime_ref.arguments import critic_args
+
+                self._event("setup", detail="building the critic")
+                c_args = critic_args(args)
+                self.critic = TrainGroup(c_args, placement, role="critic")
+                critic_start, _ = self.critic.init(c_args)
+                if critic_start == 0 and self.start_rollout_id:  # e.g. a GRPO checkpoint continued with PPO
+                    logger.warning("no critic checkpoint in %s: the critic starts fresh at rollout %d",
+                                   c_args.load, self.start_rollout_id)
+                elif critic_start != self.start_rollout_id:
+                    raise UserError(f"the critic's checkpoint ({c_args.load}) resumes at rollout {critic_start}, "
+                                    f"the actor's ({args.load}) at {self.start_rollout_id}; load a matching pair")
             if data_state is not None:
                 ray.get(self.rollout.load_data_state.remote(data_state))
         self.tracker = Tracker(args, out)
@@ -128,6 +142,8 @@ class Run:
         ids = {"driver": os.getpid(), **ray.get(self.rollout.process_ids.remote(), timeout=60)}
         if self.actor is not None:
             ids["train_ranks"] = self.actor.process_ids()
+        if self.critic is not None:
+            ids["critic_ranks"] = self.critic.process_ids()
         return ids
 
     def _teardown(self) -> None:
@@ -135,6 +151,8 @@ class Run:
             self.tracker.close()
             self.tracker = None
         try:
+            if self.critic is not None:
+                self.critic.shutdown()
             if self.actor is not None:
                 self.actor.shutdown()
             if self.rollout is not None:
@@ -143,7 +161,7 @@ class Run:
         except Exception as e:  # tear-down must go on: the processes below still need stopping
             logger.warning("while stopping the run: %s", e)
         finally:
-            self.actor = self.rollout = None
+            self.actor = self.critic = self.rollout = None
             if self.started_ray:
                 ray.shutdown()
                 self.started_ray = False
@@ -160,7 +178,12 @@ class Run:
     def train(self, rollout_id: int, data_ref) -> dict:
         self._event("train", rollout_id=rollout_id)
         start = time.perf_counter()
-        steps = self.actor.train(rollout_id, data_ref)
+        if self.critic is None:
+            steps = self.actor.train(rollout_id, data_ref)
+        else:  # slime: the critic trains first; its values give the actor's GAE advantages
+            steps, values = self.critic.train_critic(rollout_id, data_ref)
+            if rollout_id >= self.args.num_critic_only_steps:
+                steps = _merge_steps(steps, self.actor.train(rollout_id, data_ref, values))
         elapsed = time.perf_counter() - start
         self.phase_seconds["train"] += elapsed
         # train/* averaged over the optimizer steps; perf/* timers come with the last step only
@@ -205,6 +228,8 @@ class Run:
         start = time.perf_counter()
         data_state = ray.get(self.rollout.data_state.remote())
         self.actor.save(rollout_id, data_state)
+        if self.critic is not None:
+            self.critic.save(rollout_id, data_state)
         elapsed = time.perf_counter() - start
         self.phase_seconds["save"] += elapsed
         return {"perf/save_time": elapsed}
@@ -232,10 +257,14 @@ class Run:
     def offload_train(self) -> None:
         if self.args.offload_train:
             self.actor.offload()
+            if self.critic is not None:
+                self.critic.offload()
 
     def onload_train(self) -> None:
         if self.args.offload_train:
             self.actor.onload()
+            if self.critic is not None:
+                self.critic.onload()
 
     # -- logs -----------------------------------------------------------------------------------
 
@@ -262,6 +291,18 @@ class Run:
         }
         atomic_write_json(Path(self.args.output_dir) / SUMMARY_FILE, summary)
         return summary
+
+
+def _merge_steps(critic_steps: list[dict], actor_steps: list[dict]) -> list[dict]:
+    """The critic's and the actor's step metrics side by side (train/value_loss beside train/pg_loss);
+    the actor's win where names meet (train/lr, train/grad_norm, train/step)."""
+    merged = []
+    for i in range(max(len(critic_steps), len(actor_steps))):
+        step = dict(critic_steps[i]) if i < len(critic_steps) else {}
+        if i < len(actor_steps):
+            step.update(actor_steps[i])
+        merged.append(step)
+    return merged
 
 
 def _jsonable(value) -> bool:

@@ -3,13 +3,16 @@
     placement  = one placement group (trainer bundles, then engine bundles; shared with --colocate)
     rollout    = RolloutManager: data source, engines, sglang-router          (slime_ref/ray/rollout_manager.py)
     actor      = TrainGroup: one MegatronActor per rank                        (slime_ref/ray/train_actor.py)
+    critic     = --advantage-estimator ppo: a second TrainGroup on the actor's bundles, value head
 
     actor.update_weights()                    # engines start from the trainer's weights
     for rollout_id in range(start, num_rollout):
         maybe eval (before training)
         data = rollout.generate(rollout_id)   # prompts -> engines via router -> rewards -> group-normalised
-        actor.train(rollout_id, data)         # ref/old log-probs, advantages, optimizer steps
-        maybe save (actor + optimizer + RNG + data-source position, atomically)
+        values = critic.train(rollout_id, data)   # ppo: values, GAE returns, value-loss steps
+        actor.train(rollout_id, data, values) # ref/old log-probs, advantages, optimizer steps
+                                              # (not during the first --num-critic-only-steps rollouts)
+        maybe save (actor [+ critic] + optimizer + RNG + data-source position, atomically)
         actor.update_weights()                # pause engines, flush cache, push weights, continue
         maybe eval
 """

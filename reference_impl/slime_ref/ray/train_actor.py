@@ -54,11 +54,12 @@ class TrainActor:
         self.args = args
         self.actor = MegatronActor(args, rank=self.rank, world_size=self.world_size,
                                    master_addr=self.master_addr, master_port=self.master_port)
-        self.weight_sync = WeightSync(args, self.actor, is_sender=self.rank == 0)
+        if getattr(args, "role", "actor") == "actor":  # the critic's weights never go to the engines
+            self.weight_sync = WeightSync(args, self.actor, is_sender=self.rank == 0)
         return self.actor.start_rollout_id, self.actor.data_state
 
-    def train(self, rollout_id: int, batch: dict) -> list[dict]:
-        return self.actor.train(rollout_id, batch)
+    def train(self, rollout_id: int, batch: dict, values: dict | None = None):
+        return self.actor.train(rollout_id, batch, values)
 
     def save(self, rollout_id: int, data_state: dict | None) -> str:
         return str(self.actor.save(rollout_id, data_state))
@@ -96,9 +97,13 @@ def ray_session_logs() -> str:
 
 
 class TrainGroup:
-    """``actor_num_nodes * actor_num_gpus_per_node`` TrainActors, one per bundle of the placement."""
+    """``actor_num_nodes * actor_num_gpus_per_node`` TrainActors, one per bundle of the placement.
 
-    def __init__(self, args, placement: Placement):
+    ``role`` "critic" (``--advantage-estimator ppo``): the critic's ranks, on the same bundles as the
+    actor's (slime gives the critic the actor's placement group); ``args`` are the critic's."""
+
+    def __init__(self, args, placement: Placement, role: str = "actor"):
+        self.role = role
         world_size = args.actor_num_nodes * args.actor_num_gpus_per_node
         remote_cls = ray.remote(TrainActor)
         resources = placement.bundle_resources(TRAIN_ACTOR_SHARE)
@@ -136,8 +141,17 @@ class TrainGroup:
     def process_ids(self) -> list[int]:
         return self._all("pid", timeout=60)
 
-    def train(self, rollout_id: int, batch_ref) -> list[dict]:
-        return self._all("train", rollout_id, batch_ref)[0]
+    def train(self, rollout_id: int, batch_ref, values: dict | None = None) -> list[dict]:
+        """The actor's optimizer steps; with ppo, ``values`` are the critic's (from :meth:`train_critic`)."""
+        return self._all("train", rollout_id, batch_ref, values)[0]
+
+    def train_critic(self, rollout_id: int, batch_ref) -> tuple[list[dict], dict[int, list[float]]]:
+        """The critic's steps: (rank 0's step metrics, every sample's old values by index)."""
+        results = self._all("train", rollout_id, batch_ref)
+        values: dict[int, list[float]] = {}
+        for _, rank_values in results:
+            values.update(rank_values)
+        return results[0][0], values
 
     def save(self, rollout_id: int, data_state: dict | None) -> str:
         return self._all("save", rollout_id, data_state)[0]

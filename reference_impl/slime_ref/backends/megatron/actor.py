@@ -17,6 +17,12 @@ order; the methods are collective.
 
 ``--loss-type sft_loss`` skips 2-4 and trains on the response tokens' log-likelihood.
 
+With ``--advantage-estimator ppo`` a second group of these runs the critic (``args.role ==
+"critic"``, see ``slime_ref.arguments.critic_args``): a model whose last layer projects to one value
+per token. Its ``train`` scores the rollout (the old values), turns rewards and values into GAE
+returns, trains on the clipped value loss and returns the old values, which the actor's ``train``
+takes as ``values`` for its GAE advantages (slime's ``train_critic`` / ``external_data``).
+
 Each part of a step runs inside ``actor.phase(name)``: a ``torch.profiler`` scope named
 ``slime_ref/<name>`` (pack, forward, log_probs, loss, metrics, optimizer, scheduler, advantages), so a
 profile or trace shows where a step's time goes. ``bench/train_throughput.py`` replaces ``phase`` to
@@ -40,7 +46,7 @@ from slime_ref.backends.megatron import initialize, losses, optimizer_kernels
 from slime_ref.backends.megatron.arguments import validate_megatron_args
 from slime_ref.backends.megatron.data import PackedMicroBatch, StepSchedule, pack_micro_batch, schedule_rollout
 from slime_ref.backends.megatron.layers import to_device
-from slime_ref.backends.megatron.logprobs import response_log_probs
+from slime_ref.backends.megatron.logprobs import response_log_probs, response_rows
 from slime_ref.backends.megatron.model import build_model, read_hf_architecture, transformer_config
 from slime_ref.backends.megatron.weights import iter_hf_weight_buckets, load_hf_weights, save_hf_checkpoint, unwrap
 from slime_ref.errors import UserError
@@ -49,7 +55,7 @@ from slime_ref.utils.hooks import load_function
 logger = logging.getLogger(__name__)
 
 # per-sample response tensors that travel with a micro-batch into the loss
-_LOSS_KEYS = ("loss_masks", "advantages", "returns", "log_probs", "ref_log_probs", "rollout_log_probs")
+_LOSS_KEYS = ("loss_masks", "advantages", "returns", "log_probs", "ref_log_probs", "rollout_log_probs", "values")
 
 
 def profiler_scope(name: str):
@@ -123,9 +129,10 @@ class MegatronActor:
             self.config.recompute_method = args.recompute_method
             self.config.recompute_num_layers = args.recompute_num_layers
         self.dp_size = ps.get_data_parallel_world_size()
+        self.role = getattr(args, "role", "actor")
         self.model = self._wrap_ddp(
             build_model(self.arch, self.config, pre_process=ps.is_pipeline_first_stage(),
-                        post_process=ps.is_pipeline_last_stage())
+                        post_process=ps.is_pipeline_last_stage(), value_head=self.role == "critic")
         )
         self.optimizer = self._build_optimizer()
         self.scheduler = self._build_scheduler()
@@ -331,6 +338,28 @@ class MegatronActor:
         self.model.train()
         return out
 
+    def _response_values(self, mb: PackedMicroBatch, output) -> list[torch.Tensor]:
+        """The critic's value of each response token's state (the rows that score the token)."""
+        values = output.reshape(-1).float()
+        rows = response_rows(mb.total_lengths, mb.response_lengths, device=values.device)
+        return list(values.index_select(0, rows).split(mb.response_lengths))
+
+    @torch.no_grad()
+    def compute_values(self, rollout: dict, schedule: list[StepSchedule]) -> dict[int, torch.Tensor]:
+        """The critic's values of this rank's samples (eval mode): {sample index: [R_i]} on the
+        last pipeline stage, {} elsewhere."""
+
+        def collect(mb, output):
+            return output.new_zeros(()), {"indices": mb.sample_indices, "values": self._response_values(mb, output)}
+
+        out: dict[int, torch.Tensor] = {}
+        self.model.eval()
+        for step in schedule:
+            for result in self._run_schedule(self._pack(rollout, step), collect, forward_only=True):
+                out.update(zip(result["indices"], result["values"]))
+        self.model.train()
+        return out
+
     @torch.no_grad()
     def score_sequence(self, tokens: list[int], response_length: int) -> list[float]:
         """Log-probs (temperature 1) of the last ``response_length`` of ``tokens`` under the actor's
@@ -422,7 +451,7 @@ class MegatronActor:
         weights = h.num_layers * per_layer + h.vocab_size * h.hidden_size
         return 2.0 * length * weights + 2.0 * length * length * attn_width * h.num_layers
 
-    def train(self, rollout_id: int, batch: dict) -> list[dict[str, float]]:
+    def train(self, rollout_id: int, batch: dict, values: dict | None = None) -> list[dict[str, float]]:
         """Train on one rollout (see the module docstring). Returns each optimizer step's metrics.
 
         The metrics are slime's ``train/*`` names, reduced over all ranks; every rank returns them.
@@ -437,6 +466,13 @@ class MegatronActor:
             rollout = self._to_tensors(batch)
             schedule = self._schedule(rollout)
         timers = {"perf/data_preprocess_time": time.perf_counter() - start}
+        if self.role == "critic":
+            return self._train_critic(rollout_id, rollout, schedule, timers)
+        if values is not None:  # the critic's values of every sample, by index (ppo)
+            n = len(rollout["tokens"])
+            rollout["values"] = [None if values.get(i) is None else
+                                 torch.as_tensor(values[i], dtype=torch.float32, device=self.device)
+                                 for i in range(n)]
         if a.loss_type == "policy_loss" and a.compute_advantages_and_returns:
             self._prepare_policy_data(rollout, schedule, timers)
         if getattr(a, "rollout_data_postprocess_path", None):
@@ -455,6 +491,34 @@ class MegatronActor:
         timers["perf/actor_train_tok_per_s"] = trained / max(timers["perf/actor_train_time"], 1e-9)
         metrics[-1].update(timers)
         return metrics
+
+    def _train_critic(self, rollout_id: int, rollout: dict, schedule: list[StepSchedule],
+                      timers: dict[str, float]) -> tuple[list[dict[str, float]], dict[int, list[float]]]:
+        """slime's ``train_critic``: old values, GAE returns, value-loss steps. Returns (each step's
+        metrics, this rank's old values by sample index) -- the values feed the actor's advantages."""
+        a = self.args
+        n = len(rollout["tokens"])
+        start = time.perf_counter()
+        old_values = self.compute_values(rollout, schedule)
+        timers["perf/critic_values_time"] = time.perf_counter() - start
+        if ps.is_pipeline_last_stage():
+            mine = [i for step in schedule for mb in step.micro_batches for i in mb]
+            rollout["values"] = _by_index(old_values, n)
+            with self.phase("advantages"):
+                _, returns = losses.advantages_and_returns(a, rollout, mine, process_group=ps.get_data_parallel_group())
+            rollout["returns"] = [None] * n
+            for i, ret in zip(mine, returns):
+                rollout["returns"][i] = ret
+        start = time.perf_counter()
+        self.model.train()
+        metrics = []
+        for step_id, step in enumerate(schedule):
+            step_metrics = self._train_step(rollout, step)
+            step_metrics["train/step"] = rollout_id * len(schedule) + step_id
+            metrics.append(step_metrics)
+        timers["perf/critic_train_time"] = time.perf_counter() - start
+        metrics[-1].update(timers)
+        return metrics, {i: v.tolist() for i, v in old_values.items()}
 
     def _prepare_policy_data(self, rollout: dict, schedule: list[StepSchedule], timers: dict[str, float]) -> None:
         """ref/old log-probs and advantages of this rank's samples, stored per sample in ``rollout``."""
@@ -489,6 +553,10 @@ class MegatronActor:
         scale = num_mb * self.dp_size  # undo megatron's 1/num_microbatches and DDP's 1/dp: partials add up
 
         def loss_fn(mb, logits):
+            if self.role == "critic":  # logits are the value head's output
+                with self.phase("loss"):
+                    loss, metrics = losses.value_micro_batch_loss(a, mb, self._response_values(mb, logits), step)
+                return loss * scale, metrics
             log_probs, entropy = self._score(mb, logits)
             with self.phase("loss"):
                 loss, metrics = losses.micro_batch_loss(a, mb, log_probs, entropy, step)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from slime_ref.algo.advantages import compute_advantages_and_returns
-from slime_ref.algo.losses import policy_loss_function, sft_loss_function
+from slime_ref.algo.losses import policy_loss_function, sft_loss_function, value_loss_function
 
 
 def micro_batch_loss(args, mb, log_probs: list[torch.Tensor], entropy: list[torch.Tensor], step):
@@ -41,6 +41,15 @@ def micro_batch_loss(args, mb, log_probs: list[torch.Tensor], entropy: list[torc
     )
 
 
+def value_micro_batch_loss(args, mb, values: list[torch.Tensor], step):
+    """The critic's clipped value loss of one micro-batch (a partial of the step's, as above)."""
+    f = mb.fields
+    return value_loss_function(
+        args, values=values, old_values=f["values"], returns=f["returns"], loss_masks=f["loss_masks"],
+        num_samples=step.num_samples, num_tokens=step.num_tokens,
+    )
+
+
 def advantages_and_returns(args, rollout: dict, indices: list[int], process_group=None):
     """Advantages and returns of the samples ``indices`` (this rank's share) of a rollout."""
 
@@ -55,6 +64,7 @@ def advantages_and_returns(args, rollout: dict, indices: list[int], process_grou
         log_probs=pick("log_probs"),
         ref_log_probs=pick("ref_log_probs"),
         rollout_log_probs=pick("rollout_log_probs"),
+        values=pick("values"),
         process_group=process_group,
     )
 

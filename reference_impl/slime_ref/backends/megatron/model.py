@@ -212,8 +212,25 @@ def layer_spec(arch: HFArchitecture):
     return spec
 
 
-def build_model(arch: HFArchitecture, config, *, pre_process: bool, post_process: bool):
-    """The GPTModel chunk for this pipeline stage (logits stay vocab-parallel under TP)."""
+class ValueHead(torch.nn.Module):
+    """The critic's last layer: hidden state -> one value per token (replaces GPTModel's output layer).
+
+    Zero-initialised, so a fresh critic predicts 0 everywhere. Called as megatron calls its output
+    layer (``weight`` / ``runtime_gather_output`` are ignored) and returns ``(values [S, B, 1], None)``.
+    """
+
+    def __init__(self, hidden_size: int, dtype: torch.dtype):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1, hidden_size, dtype=dtype))
+
+    def forward(self, hidden_states, weight=None, runtime_gather_output=None):
+        return torch.nn.functional.linear(hidden_states, self.weight), None
+
+
+def build_model(arch: HFArchitecture, config, *, pre_process: bool, post_process: bool, value_head: bool = False):
+    """The GPTModel chunk for this pipeline stage (logits stay vocab-parallel under TP).
+
+    ``value_head``: the critic's model, with untied embeddings and a :class:`ValueHead` as last layer."""
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
@@ -229,9 +246,11 @@ def build_model(arch: HFArchitecture, config, *, pre_process: bool, post_process
         pre_process=pre_process,
         post_process=post_process,
         parallel_output=True,
-        share_embeddings_and_output_weights=arch.tie_word_embeddings,
+        share_embeddings_and_output_weights=arch.tie_word_embeddings and not value_head,
         position_embedding_type="none",  # RoPE is applied in RopeSDPAttention
     )
+    if value_head and post_process:
+        model.output_layer = ValueHead(config.hidden_size, config.params_dtype)
     for layer in model.decoder.layers:
         attention = layer.self_attention
         if isinstance(attention.q_layernorm, QKNorm):

@@ -225,6 +225,8 @@ def load_hf_weights(model, arch: HFArchitecture, model_dir: str | Path) -> None:
     tp_rank, tp_size = ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
     module = unwrap(model)
     params = dict(global_named_parameters(model))
+    if type(getattr(module, "output_layer", None)).__name__ == "ValueHead":
+        params.pop("output_layer.weight", None)  # the critic's value head has no HF counterpart
     if module.share_embeddings_and_output_weights and module.post_process and not module.pre_process:
         # a tied model's last pipeline stage keeps its own copy of the embedding as output layer
         params["output_layer.weight"] = module.output_layer.weight
