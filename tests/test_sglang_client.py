@@ -131,3 +131,14 @@ def test_parse_generate_response_without_logprobs():
     out = parse_generate_response({"text": "hi", "output_ids": [5, 6], "meta_info": {"finish_reason": {
         "type": "stop", "matched": 6}}})
     assert out.output_ids == [5, 6] and out.output_log_probs is None and out.finish_type == "stop"
+
+
+def test_engine_error_survives_pickling():
+    """Ray pickles an actor's exception to hand it to the caller: the engine's URL must arrive intact."""
+    import pickle
+
+    error = pickle.loads(pickle.dumps(EngineError("http://127.0.0.1:15007/pause_generation", "cannot connect", 503)))
+    assert isinstance(error, EngineError)
+    assert (error.url, error.message, error.status) == ("http://127.0.0.1:15007/pause_generation",
+                                                        "cannot connect", 503)
+    assert str(error) == "http://127.0.0.1:15007/pause_generation: cannot connect"

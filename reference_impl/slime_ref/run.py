@@ -41,10 +41,15 @@ def should_run_periodic_action(rollout_id: int, interval: int | None, num_rollou
 
 
 def _unwrap(error: BaseException) -> BaseException:
-    """The user-facing cause of an error raised inside a Ray actor or task."""
+    """The user-facing cause of an error raised inside a Ray actor or task. An engine that failed to
+    answer (retried as slime retries) is a RunError: its message names the engine and the route."""
+    from slime_ref.rollout.sglang_client import EngineError
+
     cause = error
     while isinstance(cause, ray.exceptions.RayError) and getattr(cause, "cause", None) is not None:
         cause = cause.cause
+    if isinstance(cause, EngineError):
+        return RunError(f"an engine failed: {cause}")
     return cause
 
 
@@ -198,6 +203,7 @@ class Run:
         self._event("update_weights", rollout_id=rollout_id)
         start = time.perf_counter()
         self.weight_version += 1
+        ray.get(self.rollout.check_engines.remote())
         if self.args.use_fault_tolerance:  # engines the watch stopped restart now, then get the weights
             urls = ray.get(self.rollout.recover.remote())
             if urls != self.args.rollout_engine_urls:

@@ -161,6 +161,16 @@ class RolloutManager:
         return {"rollout_manager": os.getpid(), "engines": engines, "engine_urls": list(self.engine_urls),
                 "router": self.router.pid if self.router is not None else None}
 
+    def check_engines(self) -> None:
+        """Before the weights go out: every engine and the router still run. An engine that died after
+        the rollout's last request ends the run here with its name and log (or, with
+        --use-fault-tolerance, is marked for :meth:`recover`), not as a failed weight-update call."""
+        if self.watch is not None:
+            self.watch.failure = None
+            self.watch.check_processes()
+            if self.watch.failure is not None:
+                raise self.watch.failure
+
     def recover(self) -> list[str]:
         """--use-fault-tolerance: restart the engines the watch stopped, behind the router again, and
         return every engine's URL (the trainer pushes its weights to all of them next, as slime's
@@ -262,9 +272,11 @@ class RolloutManager:
     # -- colocated offload ------------------------------------------------------------------------
 
     def offload(self) -> None:
+        self.check_engines()
         self._memory("release_memory_occupation")
 
     def onload(self) -> None:
+        self.check_engines()
         self._memory("resume_memory_occupation")
 
     def _memory(self, method: str) -> None:
@@ -272,8 +284,11 @@ class RolloutManager:
 
         from slime_ref.utils.async_loop import run
 
+        dead = self.watch.dead if self.watch is not None else set()
+        live = [u for i, u in enumerate(self.engine_urls) if i not in dead]  # the dead restart at recover()
+
         async def call_all():
-            await asyncio.gather(*(getattr(self._client(u), method)() for u in self.engine_urls))
+            await asyncio.gather(*(getattr(self._client(u), method)() for u in live))
 
         run(call_all())
 
@@ -357,6 +372,7 @@ class ServerWatch:
         self._logs: dict[int, str] = {}
         self._next_health_check = 0.0
         self._first_resume = True
+        self._lock = threading.RLock()  # the watch thread and a between-rollouts check never overlap
         self._active = threading.Event()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="slime-ref-server-watch", daemon=True)
@@ -387,26 +403,15 @@ class ServerWatch:
                 logger.warning("server watch: %s", e)
             self._stopped.wait(WATCH_POLL_S)
 
+    def check_processes(self) -> None:
+        """One round of the process check, now (between rollouts, before the weights go out)."""
+        self._check_processes(always=True)
+
     def _check(self) -> None:
         from slime_ref.rollout.servers import http_get
 
+        self._check_processes()
         manager = self.manager
-        router = manager.router
-        if router is not None and not router.process.alive():
-            code = router.process.popen.returncode
-            self._fail(f"the router (pid {router.pid}) {_ended(code)}; its log: {router.process.log_path}")
-            return
-        for index, engine in enumerate(manager.engines):
-            if index in self.dead or self.failure is not None or not self._active.is_set():
-                continue
-            try:
-                status = ray.get(engine.status.remote(), timeout=30)
-            except Exception as e:  # the engine's Ray actor itself is gone
-                self._engine_failed(index, f"lost its Ray actor ({type(e).__name__})")
-                continue
-            self._logs[index] = status["log"]
-            if not status["alive"]:
-                self._engine_failed(index, _ended(status["returncode"]))
         if time.monotonic() < self._next_health_check:
             return
         for index, url in enumerate(list(manager.engine_urls)):
@@ -418,7 +423,35 @@ class ServerWatch:
                                            f"(--rollout-health-check-timeout)")
         self._next_health_check = time.monotonic() + self.interval
 
+    def _check_processes(self, always: bool = False) -> None:
+        with self._lock:
+            self._check_processes_locked(always)
+
+    def _check_processes_locked(self, always: bool) -> None:
+        manager = self.manager
+        router = manager.router
+        if router is not None and not router.process.alive():
+            code = router.process.popen.returncode
+            self._fail(f"the router (pid {router.pid}) {_ended(code)}; its log: {router.process.log_path}")
+            return
+        for index, engine in enumerate(manager.engines):
+            if index in self.dead or self.failure is not None or not (always or self._active.is_set()):
+                continue
+            try:
+                status = ray.get(engine.status.remote(), timeout=30)
+            except Exception as e:  # the engine's Ray actor itself is gone
+                self._engine_failed(index, f"lost its Ray actor ({type(e).__name__})")
+                continue
+            self._logs[index] = status["log"]
+            if not status["alive"]:
+                self._engine_failed(index, _ended(status["returncode"]))
+
     def _engine_failed(self, index: int, what: str) -> None:
+        with self._lock:
+            if index not in self.dead and self.failure is None:
+                self._engine_failed_locked(index, what)
+
+    def _engine_failed_locked(self, index: int, what: str) -> None:
         from slime_ref.rollout.servers import router_remove_worker
 
         manager = self.manager

@@ -36,7 +36,11 @@ class EngineError(RuntimeError):
     def __init__(self, url: str, message: str, status: int | None = None):
         super().__init__(f"{url}: {message}")
         self.url = url
+        self.message = message
         self.status = status
+
+    def __reduce__(self):  # Ray pickles an actor's exception to hand it to the caller
+        return (EngineError, (self.url, self.message, self.status))
 
 
 @dataclass
