@@ -661,7 +661,6 @@ class Launched:
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGINT to its group (it tears down what it started), then SIGKILL to whatever of its tree is left."""
-        import psutil
 
         self.snapshot()
         if self.proc.poll() is None:
@@ -677,13 +676,9 @@ class Launched:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        for pid, created in self.seen.items():
-            try:
-                p = psutil.Process(pid)
-                if p.create_time() == created:
-                    p.kill()
-            except psutil.NoSuchProcess:
-                continue
+        from slime_ref.utils.reaper import reap
+
+        reap(self.seen)
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

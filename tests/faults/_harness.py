@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from slime_ref.utils.reaper import reap
+
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
 sys.path.insert(0, str(TESTS))  # the helpers the other end-to-end tests use
@@ -101,13 +103,7 @@ class LaunchedRun:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        for pid, created in self.seen.items():
-            try:
-                p = psutil.Process(pid)
-                if p.create_time() == created:
-                    p.kill()
-            except psutil.NoSuchProcess:
-                continue
+        reap(self.seen)
         self.proc.wait(timeout=30)
 
     def stderr(self) -> str:

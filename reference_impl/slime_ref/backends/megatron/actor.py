@@ -480,16 +480,21 @@ class MegatronActor:
             postprocess = load_function(a.rollout_data_postprocess_path, "--rollout-data-postprocess-path")
             postprocess(a, rollout_id, rollout)
         start = time.perf_counter()
+        metrics = self._train_steps(rollout_id, rollout, schedule)
+        timers["perf/actor_train_time"] = time.perf_counter() - start
+        trained = sum(int(rollout["tokens"][i].numel()) for step in schedule for mb in step.micro_batches for i in mb)
+        timers["perf/actor_train_tok_per_s"] = trained / max(timers["perf/actor_train_time"], 1e-9)
+        metrics[-1].update(timers)
+        return metrics
+
+    def _train_steps(self, rollout_id: int, rollout: dict, schedule: list[StepSchedule]) -> list[dict[str, float]]:
+        """The optimizer steps of one rollout (actor or critic: the loss follows the model's role)."""
         self.model.train()
         metrics = []
         for step_id, step in enumerate(schedule):
             step_metrics = self._train_step(rollout, step)
             step_metrics["train/step"] = rollout_id * len(schedule) + step_id
             metrics.append(step_metrics)
-        timers["perf/actor_train_time"] = time.perf_counter() - start
-        trained = sum(int(rollout["tokens"][i].numel()) for step in schedule for mb in step.micro_batches for i in mb)
-        timers["perf/actor_train_tok_per_s"] = trained / max(timers["perf/actor_train_time"], 1e-9)
-        metrics[-1].update(timers)
         return metrics
 
     def _train_critic(self, rollout_id: int, rollout: dict, schedule: list[StepSchedule],
@@ -510,12 +515,7 @@ class MegatronActor:
             for i, ret in zip(mine, returns):
                 rollout["returns"][i] = ret
         start = time.perf_counter()
-        self.model.train()
-        metrics = []
-        for step_id, step in enumerate(schedule):
-            step_metrics = self._train_step(rollout, step)
-            step_metrics["train/step"] = rollout_id * len(schedule) + step_id
-            metrics.append(step_metrics)
+        metrics = self._train_steps(rollout_id, rollout, schedule)
         timers["perf/critic_train_time"] = time.perf_counter() - start
         metrics[-1].update(timers)
         return metrics, {i: v.tolist() for i, v in old_values.items()}
