@@ -27,21 +27,11 @@
 set -euo pipefail
 
 OUT=${1:-.whl}
-PYTHON=${PYTHON:-python3}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT" "$OUT/test"
 
-# Wheels for CPython 3.12 on manylinux x86_64, whatever this machine runs.
-download() {
-  local dest=$1
-  shift
-  "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: \
-    --python-version 3.12 --implementation cp --abi cp312 --abi abi3 --abi none \
-    --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
-    -d "$dest" "$@"
-}
+source "$(dirname "$0")/common.sh"
 
 PLAIN=(
   annotated-types==0.8.0 apache-tvm-ffi==0.1.11 cffi==2.1.1 compressed-tensors==0.20.1 dill==0.4.1
@@ -59,31 +49,7 @@ download "$OUT" "${PLAIN[@]}"
 echo "downloading sglang, sglang-kernel and flashinfer (about 640 MB) ..."
 download "$WORK" sglang==0.5.15.post1 sglang-kernel==0.4.4 flashinfer-python==0.6.12
 
-# repack SRC DST GLOB...: copy a wheel without the members matching any GLOB; rewrite its RECORD.
-repack() {
-  "$PYTHON" - "$@" <<'PY'
-import csv, fnmatch, io, sys, zipfile
-src, dst, *drop = sys.argv[1:]
-with zipfile.ZipFile(src) as zin:
-    names = zin.namelist()
-    dropped = {n for n in names if any(fnmatch.fnmatch(n, pattern) for pattern in drop)}
-    if not dropped:
-        sys.exit(f"{src}: nothing matched {drop}; the wheel changed, check the patterns")
-    with zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
-        for info in zin.infolist():
-            if info.filename in dropped:
-                continue
-            data = zin.read(info)
-            if info.filename.endswith(".dist-info/RECORD"):  # CSV: path,hash,size (paths may be quoted)
-                rows = [row for row in csv.reader(io.StringIO(data.decode("utf-8"))) if row and row[0] not in dropped]
-                text = io.StringIO()
-                csv.writer(text, lineterminator="\n").writerows(rows)
-                data = text.getvalue().encode("utf-8")
-            zout.writestr(info, data)
-print(f"{dst}: dropped {len(dropped)} files")
-PY
-}
-
+repack() { wheeltools repack "$@"; }
 one() { ls "$WORK"/$1 | head -n 1; }
 repack "$(one 'sglang_kernel-0.4.4-*.whl')" "$OUT/$(basename "$(one 'sglang_kernel-0.4.4-*.whl')")" \
   'sgl_kernel/flash_ops*.so' 'sgl_kernel/flashmla_ops*.so' 'sgl_kernel/sm100/*'

@@ -26,19 +26,12 @@ set -euo pipefail
 
 OUT=${1:-.whl}
 GROUP_MIB=${GROUP_MIB:-56}
-PYTHON=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/all"
 
-download() {
-  "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: \
-    --python-version 3.12 --implementation cp --abi cp312 --abi abi3 --abi none \
-    --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
-    -d "$@"
-}
+source "$(dirname "$0")/common.sh"
 
 echo "building the slim SGLang set ..."
 bash "$HERE/build_sglang_wheelset.sh" "$WORK/sglang" >/dev/null
@@ -51,48 +44,8 @@ download "$WORK/all" sglang-router==0.3.2 megatron-core==0.16.1 trl==1.16.0 data
 
 echo "slimming ray ..."
 ray_wheel=$(ls "$WORK"/big/ray-2.60.0-*.whl)
-"$PYTHON" - "$ray_wheel" "$WORK/all/$(basename "$ray_wheel")" 'ray/jars/*' 'ray/dashboard/client/build/*' <<'PY'
-import csv, fnmatch, io, sys, zipfile
-src, dst, *drop = sys.argv[1:]
-with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
-    dropped = {n for n in zin.namelist() if any(fnmatch.fnmatch(n, p) for p in drop)}
-    if not dropped:
-        sys.exit(f"{src}: nothing matched {drop}; the wheel changed, check the patterns")
-    for info in zin.infolist():
-        if info.filename in dropped:
-            continue
-        data = zin.read(info)
-        if info.filename.endswith(".dist-info/RECORD"):  # keep RECORD true to the files left
-            rows = [r for r in csv.reader(io.StringIO(data.decode())) if r and r[0] not in dropped]
-            text = io.StringIO()
-            csv.writer(text, lineterminator="\n").writerows(rows)
-            data = text.getvalue().encode()
-        zout.writestr(info, data)
-print(f"{dst}: dropped {len(dropped)} files")
-PY
+wheeltools repack "$ray_wheel" "$WORK/all/$(basename "$ray_wheel")" \
+  'ray/jars/*' 'ray/dashboard/client/build/*'
 
 echo "grouping into $OUT/gpu* (at most $GROUP_MIB MiB each) ..."
-rm -rf "$OUT"/gpu[0-9]*
-"$PYTHON" - "$WORK/all" "$OUT" "$GROUP_MIB" <<'PY'
-import shutil, sys
-from pathlib import Path
-src, out, limit = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]) * 2**20
-wheels = sorted(src.glob("*.whl"), key=lambda p: -p.stat().st_size)
-groups: list[list[Path]] = []
-for wheel in wheels:  # first fit, largest first
-    size = wheel.stat().st_size
-    if size > limit:
-        sys.exit(f"{wheel.name} alone is {size / 2**20:.1f} MiB, over the {limit // 2**20} MiB limit")
-    for group in groups:
-        if sum(p.stat().st_size for p in group) + size <= limit:
-            group.append(wheel)
-            break
-    else:
-        groups.append([wheel])
-for i, group in enumerate(groups, 1):
-    folder = out / f"gpu{i}"
-    folder.mkdir(parents=True, exist_ok=True)
-    for wheel in group:
-        shutil.copy2(wheel, folder / wheel.name)
-    print(f"{folder}: {len(group)} wheels, {sum(p.stat().st_size for p in group) / 2**20:.1f} MiB")
-PY
+wheeltools group "$WORK/all" "$OUT" gpu "$GROUP_MIB"
