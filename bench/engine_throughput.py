@@ -36,10 +36,10 @@ from slime_ref.rollout.servers import (
 )
 from slime_ref.rollout.sglang_client import SGLangClient
 
-# Qwen3-0.6B's shape (its config.json), weights random.
-QWEN3_0_6B_SHAPE = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shaped_model import QWEN3_0_6B_SHAPE  # noqa: E402
+
+
 async def engine_rate(url: str, prompts: list[list[int]], new_tokens: int, return_logprob: bool) -> float:
     """Send all prompts at once; output tokens per second of wall time."""
     params = {"temperature": 1.0, "max_new_tokens": new_tokens, "ignore_eos": True}

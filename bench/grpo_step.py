@@ -118,27 +118,9 @@ def run_cpu(out: Path, num_rollout: int, seed: int) -> dict:
 def build_model(out: Path, tiny_model: Path, small: bool = False) -> Path:
     """A Qwen3-0.6B-shaped HF checkpoint with random bf16 weights (``small``: a 2-layer, hidden-64
     variant with the same vocabulary, for dry runs) and the tiny model's tokenizer and chat template."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    import shaped_model
 
-    from engine_throughput import QWEN3_0_6B_SHAPE
-
-    if (out / "config.json").is_file():
-        return out
-    shape = dict(QWEN3_0_6B_SHAPE)
-    if small:
-        shape.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                     num_key_value_heads=1, head_dim=32)
-    ids = json.loads((tiny_model / "config.json").read_text())
-    torch.manual_seed(0)
-    config = Qwen3Config(**shape, torch_dtype="bfloat16", bos_token_id=ids["bos_token_id"],
-                         eos_token_id=ids["eos_token_id"], pad_token_id=ids["pad_token_id"])
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(out, safe_serialization=True)
-    h.copy_tokenizer(tiny_model, out)
-    del model
-    return out
+    return shaped_model.build(out, "qwen3-0.6B", tiny_model, small=small)
 
 
 def gpu_prompts(out: Path, n: int) -> Path:
