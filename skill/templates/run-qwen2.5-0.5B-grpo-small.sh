@@ -8,6 +8,9 @@
 #   hf download Qwen/Qwen2.5-0.5B-Instruct --local-dir /root/Qwen2.5-0.5B-Instruct
 #   hf download --repo-type dataset zhuzilin/dapo-math-17k --local-dir /root/dapo-math-17k
 # Then, from the slime checkout:  NUM_GPUS=2 bash scripts/run-qwen2.5-0.5B-grpo-small.sh
+# A first test on one GPU (3 rollouts; after each weight update slime compares every engine's weights
+# with the trainer's):
+#   NUM_GPUS=1 NUM_ROLLOUT=3 EXTRA_ARGS="--check-weight-update-equal" bash scripts/run-qwen2.5-0.5B-grpo-small.sh
 set -euo pipefail
 
 SLIME_DIR=${SLIME_DIR:-/root/slime}
@@ -18,6 +21,8 @@ TRAIN_DATA=${TRAIN_DATA:-/root/dapo-math-17k/dapo-math-17k.jsonl}
 NUM_GPUS=${NUM_GPUS:-4}
 NUM_ROLLOUT=${NUM_ROLLOUT:-100}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+# more train.py flags, split at spaces and passed last, so that they win over the ones below
+EXTRA=(${EXTRA_ARGS:-})
 
 case "${NUM_GPUS}" in
    1|2|3|4) ;;
@@ -144,4 +149,5 @@ ray job submit --address="http://${MASTER_ADDR}:8265" \
    "${GRPO_ARGS[@]}" \
    "${OPTIMIZER_ARGS[@]}" \
    "${SGLANG_ARGS[@]}" \
-   "${MISC_ARGS[@]}"
+   "${MISC_ARGS[@]}" \
+   "${EXTRA[@]}"
