@@ -4,6 +4,7 @@ rehearsals on slime-ref of launch scripts whose hooks import slime.* (slow)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -117,7 +118,11 @@ LOGS = {
     "smoke.log.nccl_timeout": "[rank0]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: "
                               "WorkNCCL(SeqNum=12, OpType=BROADCAST, NumelIn=1, Timeout(ms)=600000) ran for 600094 ms",
     "smoke.log.engine_exit": "ray::SGLangEngine.init() Exception: Server process terminated unexpectedly.",
-    "smoke.log.hook_import": "(RolloutManager pid=77) ModuleNotFoundError: No module named 'my_rewards'",
+    "smoke.log.hook_import": "\x1b[36m(RolloutManager pid=77)\x1b[0m ModuleNotFoundError: No module named 'my_rewards'",
+    "smoke.log.numpy2": "AssertionError: Megatron does not support numpy 2.x",
+    "smoke.log.te_missing": "ValueError: apply_rope_fusion is not available. Please install TE >= 1.4.",
+    "smoke.log.te_layer_names": "KeyError: \"Unsupported Qwen/Llama Megatron parameter "
+                                "'decoder.layers.0.input_layernorm.weight'\"",
     "smoke.log.data_key": "(RolloutManager pid=77) KeyError: 'question'",
     "smoke.log.weight_check": "(SGLangEngine pid=4121) check tensor equality failed: name=model.layers.0.mlp "
                               "max_abs_err=0.5",
@@ -143,10 +148,28 @@ def test_one_oom_is_reported_once_by_its_most_specific_signature():
     assert found == ["smoke.log.cuda_graph"]
 
 
+REAL_LOGS = Path(__file__).parent / "fixtures" / "slime_logs"
+
+
+@pytest.mark.parametrize(("log", "expected"), [("h200-numpy2", "smoke.log.numpy2"),
+                                               ("h200-rope-fusion", "smoke.log.te_missing"),
+                                               ("h200-local-layer-names", "smoke.log.te_layer_names")])
+def test_a_real_slime_log_gives_exactly_the_failure_that_stopped_it(log, expected):
+    text = gzip.decompress((REAL_LOGS / f"{log}.log.gz").read_bytes()).decode()
+    assert [f.id for f in scan(text)] == [expected]
+
+
 def test_normal_lines_are_not_findings():
     benign = ("[torch_memory_saver.cpp] cuMemCreate CUDA_ERROR_OUT_OF_MEMORY (may not be an issue e.g. torch "
               "allocator will free cache and retry)\nAbort request for SGLang server http://10.0.0.1:3001\n"
-              '"GET /health HTTP/1.1" 200 OK\n')
+              '"GET /health HTTP/1.1" 200 OK\n'
+              # a real SGLang 0.5.15.post1 engine's notes on optional kernels and routes at start-up
+              "\x1b[36m(SGLangEngine pid=3036)\x1b[0m [2026-12-01 23:21:02] Ignore import error when loading "
+              "sglang.srt.models.deepseek_v2: No module named 'cutlass'\n"
+              "\x1b[36m(SGLangEngine pid=3036)\x1b[0m flashinfer.comm allreduce_fusion API is not available (No "
+              "module named 'cuda.tile'), falling back to standard implementation\n"
+              "\x1b[36m(SGLangEngine pid=3036)\x1b[0m [2026-12-01 23:22:18] OpenAI Responses API (/v1/responses) "
+              "disabled: OpenAIServingResponses init failed (ModuleNotFoundError: No module named 'openai_harmony')\n")
     assert scan(benign) == []
 
 

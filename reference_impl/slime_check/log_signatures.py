@@ -73,7 +73,24 @@ SIGNATURES: list[Signature] = [
          r"|'503 Service Unavailable'",
          "Rollout requests could not reach the router or engines.",
          "unset http_proxy/https_proxy before `ray start` (or set no_proxy); if an engine died, fix that first.", FAQ),
-    _sig("hook_import", r"No module named '[^']+'|has no attribute '[^']+'.*(path|module)|importing '[^']+' failed",
+    _sig("numpy2", r"Megatron does not support numpy 2\.x",
+         "slime's Megatron actor refuses NumPy 2 (it asserts numpy 1.x when it starts).",
+         "pip install numpy==1.26.4 scipy==1.17.1 (slime's image pins both; SciPy 1.18+ needs NumPy 2).",
+         "docker/Dockerfile"),
+    _sig("te_layer_names", r"Unsupported Qwen/Llama Megatron parameter '[^']*(input_layernorm|pre_mlp_layernorm)"
+         r"|Unknown parameter name: \S*(input_layernorm|pre_mlp_layernorm)",
+         "Megatron built its local layer spec (--transformer-impl local), whose layer-norm names slime's Qwen/Llama "
+         "weight converters do not know: neither the HF load nor the weight update works.",
+         "Install TransformerEngine (slime's image has 2.16.1) and drop --transformer-impl local.",
+         "docker/Dockerfile"),
+    _sig("te_missing", r"is not available\. Please install TE|(ModuleNotFoundError|ImportError): No module named "
+         r"'transformer_engine",
+         "A Megatron setting needs TransformerEngine, which is not installed.",
+         "Install TransformerEngine (slime's image has 2.16.1); --transformer-impl local does not load Qwen/Llama "
+         "weights in slime v0.3.1.", "docker/Dockerfile"),
+    # an exception line, not the engine's notes on optional kernels ("... is not available (No module named ...)")
+    _sig("hook_import", r"^(?:.*?\(\w+ pid=\d+\)\S*\s+)?(?:ModuleNotFoundError|ImportError): No module named '[^']+'"
+         r"|has no attribute '[^']+'.*(path|module)|importing '[^']+' failed",
          "A hook (--custom-*-path, --rollout-function-path, filters) could not be imported.",
          "Put the hook's folder on the workers' PYTHONPATH (runtime env) and give module.function.", CUSTOMIZATION),
     _sig("rm_type_missing", r"Rule-based RM type is not specified|Rule-based RM for .* is not implemented",
