@@ -244,3 +244,25 @@ def test_critic_rules():
         found = critic(*extra)
         assert [f.status for f in found] == [Status.WARN] and text in found[0].finding, found
         assert found[0].fix and found[0].doc.startswith("https://github.com/THUDM/slime/blob/v0.3.1/")
+
+
+def test_local_transformer_impl_with_a_qwen_or_llama_checkpoint_fails(tmp_path):
+    """slime v0.3.1's Qwen/Llama converters know only TransformerEngine's layer names: the HF load of a
+    local-spec model stops with KeyError (seen on an H200, tests/fixtures/slime_logs)."""
+    def impl(*extra):
+        return [f for f in lint_argv(words(*BASE, *extra)) if f.id == "config.transformer_impl"]
+
+    assert impl() == []  # TransformerEngine's layers: slime's default
+    hf = tmp_path / "model"
+    hf.mkdir()
+    for model_type, expect in (("qwen2", Status.FAIL), ("llama", Status.FAIL), ("deepseek_v3", Status.PASS)):
+        (hf / "config.json").write_text(json.dumps({"model_type": model_type}))
+        found = impl("--transformer-impl", "local", "--hf-checkpoint", str(hf))
+        assert [f.status for f in found] == [expect], (model_type, found)
+    (hf / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    failed = impl("--transformer-impl", "local", "--hf-checkpoint", str(hf))[0]
+    assert "qwen3 checkpoint" in failed.finding and "input_layernorm" in failed.finding
+    assert "TransformerEngine" in failed.fix
+    unknown = impl("--transformer-impl", "local", "--hf-checkpoint", str(tmp_path / "absent"))
+    assert [f.status for f in unknown] == [Status.WARN]
+    assert impl("--transformer-impl", "local", "--hf-checkpoint", str(hf), "--spec", "my_spec", "spec") == []

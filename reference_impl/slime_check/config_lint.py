@@ -945,8 +945,38 @@ def check_critic(cfg: Config) -> list[Finding]:
     return out
 
 
+def check_transformer_impl(cfg: Config) -> list[Finding]:
+    """``--transformer-impl local`` builds Megatron's local layer spec, whose layer norms are separate
+    modules (``input_layernorm``, ``pre_mlp_layernorm``). slime v0.3.1's weight converters for Qwen2/3,
+    Qwen3-MoE, Llama and GLM-4 know only TransformerEngine's names for them (the norm fused into
+    ``linear_qkv`` / ``linear_fc1``): ``hf_to_megatron/qwen.py`` raises KeyError on the HF load, and
+    ``megatron_to_hf/qwen2.py`` ValueError on the weight update. DeepSeek-V3's converters take both."""
+    id_ = "config.transformer_impl"
+    if cfg.get("--transformer-impl") != "local" or cfg.has("--spec"):
+        return []
+    folder = _path(cfg, "--hf-checkpoint")
+    model_type = None
+    if folder is not None and (folder / "config.json").is_file():
+        try:
+            hf = json.loads((folder / "config.json").read_text())
+            model_type = str(hf.get("text_config", {}).get("model_type") or hf.get("model_type") or "") or None
+        except (OSError, ValueError, AttributeError):
+            model_type = None
+    if model_type is not None and "deepseek" in model_type:
+        return [Finding(id_, Status.PASS, f"--transformer-impl local with a {model_type} checkpoint: slime's "
+                                          "DeepSeek-V3 converters know the local layer names.")]
+    what = f"a {model_type} checkpoint" if model_type else "a Qwen, Llama or GLM-4 checkpoint"
+    finding = (f"--transformer-impl local{cfg.where('--transformer-impl')} with {what}: slime v0.3.1's weight "
+               "converters know only TransformerEngine's layer names, so loading the HF weights stops with "
+               "KeyError: \"Unsupported Qwen/Llama Megatron parameter 'decoder.layers.0.input_layernorm.weight'\", "
+               "and the weight update to SGLang with ValueError: Unknown parameter name.")
+    fix = ("Install TransformerEngine (slime's image has 2.16.1) and drop --transformer-impl local; without it, "
+           "only a --spec whose layers carry TransformerEngine's parameter names loads.")
+    return [Finding(id_, Status.FAIL if model_type else Status.WARN, finding, fix, slime_doc("docker/Dockerfile"))]
+
+
 RULES = [check_flags, check_batch, check_gpus, check_parallelism, check_kl, check_validate_args, check_critic,
-         check_hooks, check_hf_config, check_data]
+         check_transformer_impl, check_hooks, check_hf_config, check_data]
 
 
 def lint_argv(argv: list[Word], entry: str = "train.py", reg: Registry | None = None) -> list[Finding]:

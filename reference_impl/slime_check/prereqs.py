@@ -665,7 +665,9 @@ def packages_ray(m: Machine) -> Finding:
 
 def packages_transformer_engine(m: Machine) -> Finding:
     return _pinned(m, "packages.transformer_engine", ("transformer-engine", "transformer-engine-torch",
-                   "transformer-engine-cu12"), PIN_TE, "Megatron's default --transformer-impl is transformer_engine",
+                   "transformer-engine-cu12", "transformer-engine-cu13"), PIN_TE,
+                   "Megatron's default --transformer-impl is transformer_engine, and slime v0.3.1's Qwen, Llama and "
+                   "GLM-4 weight converters know only its layer names (--transformer-impl local does not load them)",
                    Status.FAIL, f"pip install --no-build-isolation 'transformer_engine[pytorch]=={PIN_TE}'",
                    same=lambda v, pin: version_tuple(v)[:2] == version_tuple(pin)[:2])
 
