@@ -365,7 +365,8 @@ def test_long_run_numbers_match_the_template_and_slimes_save_schedule():
                                                                                                   "SAVE_DIR"):
         assert needed in guide, needed
     for needed in ("150 checkpoints of about 55 GB", "`--save-retain-interval 20` keeps only the newest",
-                   "`NUM_GPUS=1 NUM_ROLLOUT=3`", "[long-runs.md](skill/references/long-runs.md)"):
+                   "`NUM_GPUS=1 NUM_ROLLOUT=3 EXTRA_ARGS=--check-weight-update-equal`",
+                   "[long-runs.md](skill/references/long-runs.md)"):
         assert needed in body, needed
 
 

@@ -99,6 +99,18 @@ def test_single_node_template_submits_on_any_topology(tmp_path, name, topology, 
         assert env["NCCL_NVLS_ENABLE"] == nvls
 
 
+def test_small_template_passes_extra_args_last_so_that_they_win(tmp_path):
+    # the skill's one-GPU test: NUM_GPUS=1 NUM_ROLLOUT=3 EXTRA_ARGS=--check-weight-update-equal
+    result, calls = run_template(tmp_path, "run-qwen2.5-0.5B-grpo-small.sh", NUM_GPUS="1", NUM_ROLLOUT="3",
+                                 EXTRA_ARGS="--check-weight-update-equal --rollout-max-response-len 512")
+    assert result.returncode == 0, result.stdout + result.stderr
+    _, train = submitted(calls)
+    assert train[-3:] == ["--check-weight-update-equal", "--rollout-max-response-len", "512"]
+    assert train[train.index("--actor-num-gpus-per-node") + 1] == "1"
+    _, plain = submitted(run_template(tmp_path, "run-qwen2.5-0.5B-grpo-small.sh", NUM_GPUS="1")[1])
+    assert plain[-1] != "--check-weight-update-equal" and "--check-weight-update-equal" not in plain
+
+
 @pytest.mark.parametrize("name", [*SINGLE_NODE, MULTI_NODE])
 def test_failed_checks_start_nothing(tmp_path, name):
     result, calls = run_template(tmp_path, name, STUB_FAIL="slime-check", MASTER_ADDR="10.0.0.1", NODE_RANK="0")

@@ -2,14 +2,14 @@
 # A small GRPO run: Qwen2.5-0.5B-Instruct on 1 to 4 GPUs of one node, colocated. For slime v0.3.1.
 # The shape of slime's own smallest CI run (tests/test_qwen2.5_0.5B_short.py): dapo-math-17k, the
 # deepscaler rule reward, HF weights loaded directly (slime v0.3.1 reads Qwen2 HF checkpoints into
-# Megatron, so no torch_dist conversion is needed for this model).
+# Megatron with TransformerEngine's layers, as in its image: no torch_dist conversion for this model).
 #
 # Before running: slime-check prereqs --gpus ${NUM_GPUS} reports no FAIL, and
 #   hf download Qwen/Qwen2.5-0.5B-Instruct --local-dir /root/Qwen2.5-0.5B-Instruct
 #   hf download --repo-type dataset zhuzilin/dapo-math-17k --local-dir /root/dapo-math-17k
 # Then, from the slime checkout:  NUM_GPUS=2 bash scripts/run-qwen2.5-0.5B-grpo-small.sh
-# A first test on one GPU (3 rollouts; after each weight update slime compares every engine's weights
-# with the trainer's):
+# A first test on one GPU: 3 rollouts, and slime checks that its first weight update gives every engine
+# back the very tensors it loaded from the checkpoint:
 #   NUM_GPUS=1 NUM_ROLLOUT=3 EXTRA_ARGS="--check-weight-update-equal" bash scripts/run-qwen2.5-0.5B-grpo-small.sh
 set -euo pipefail
 
