@@ -23,7 +23,7 @@ PREFIX=${2:-/tmp/slime-set}
 PYTHON=${PYTHON:-python3}
 [ -d "$GROUP" ] || { echo "install_slime_set.sh: no folder $GROUP (was it named in the call's carry?)" >&2; exit 2; }
 mkdir -p "$PREFIX"
-pip_install() { "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$@"; }
+pip_install() { "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --force-reinstall "$@"; }
 
 shopt -s nullglob
 mcore=("$GROUP"/megatron_core-*.whl)

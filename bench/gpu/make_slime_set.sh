@@ -18,10 +18,12 @@
 #   - SGLang 0.5.15.post1: bench/gpu/build_sglang_wheelset.sh's slim set, its sglang wheel with
 #     slime's four SGLang patches of the same folder applied, in the Dockerfile's order
 #   - sglang-router 0.3.2 from PyPI                     the image: a slime build of 0.3.2 (GitHub)
-#   - ray 2.60.0 (without its Java jar and dashboard web client) and what `ray start` needs for the
-#     dashboard and `ray job submit` (ray[default]'s imports; not py-spy, smart_open, virtualenv)
+#   - ray 2.60.0 (without its Java jar and the web client's source maps) and what `ray start` needs for
+#     the dashboard and `ray job submit` (ray[default]'s imports; not py-spy, smart_open, virtualenv)
 #   - slime's requirements that its training path imports: torch_memory_saver 0.0.10 (PyPI; the
 #     image: a GitHub build), wandb 0.27.2 (protobuf 4 to 7) with its needs, pylatexenc 2.11
+#   - numpy 1.26.4 and scipy 1.17.1, the image's pins: slime asserts NumPy 1.x when its Megatron
+#     actor starts ("Megatron does not support numpy 2.x"), and SciPy 1.18+ needs NumPy 2
 #   - megatron-core 0.16.1, for slime-ref beside slime (bench/vs_slime.py); installed apart from
 #     slime's Megatron-LM so that each trainer imports its own
 # Not in the set, and why (bench/README.md lists every difference from slime's image):
@@ -97,12 +99,12 @@ cp "$WORK"/sglang/*.whl "$WORK/all/"   # not $WORK/sglang/test: the GPU machine 
 echo "ray 2.60.0 (slim), its dashboard's imports, sglang-router and slime's requirements ..."
 download "$WORK/big" ray==2.60.0
 wheeltools repack "$(ls "$WORK"/big/ray-2.60.0-*.whl)" "$WORK/all/$(basename "$(ls "$WORK"/big/ray-2.60.0-*.whl)")" \
-  'ray/jars/*' 'ray/dashboard/client/build/*'
+  'ray/jars/*' 'ray/dashboard/client/build/*.map'   # `ray job submit` needs the dashboard and its build/
 download "$WORK/all" \
-  aiohttp_cors==0.8.1 colorful==0.5.8 opencensus==0.11.4 opencensus-context==0.1.3 \
+  aiohttp_cors==0.8.1 colorful==0.5.8 opencensus==0.11.4 opencensus-context==0.1.3 googleapis-common-protos==1.76.0 \
   opentelemetry-sdk==1.45.2 opentelemetry-proto==1.45.2 opentelemetry-semantic-conventions==0.66b2 \
   opentelemetry-exporter-prometheus==0.66b2 \
-  sglang-router==0.3.2 torch_memory_saver==0.0.10 pylatexenc==2.11 \
+  sglang-router==0.3.2 torch_memory_saver==0.0.10 pylatexenc==2.11 numpy==1.26.4 scipy==1.17.1 \
   wandb==0.27.2 gitpython==3.1.45 gitdb==4.0.12 smmap==5.0.2 sentry-sdk==2.42.1 platformdirs==4.5.0
 download "$WORK/all" megatron-core==0.16.1   # install_slime_set.sh puts it apart, for slime-ref
 

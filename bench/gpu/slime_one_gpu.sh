@@ -35,7 +35,8 @@ export NUM_GPUS=1 NUM_ROLLOUT=3 HF_DIR=$WORK/model SAVE_DIR=$WORK/save TRAIN_DAT
 # torch sampling, no grammar backend).
 CHECK_ARGS="--check-weight-update-equal"
 SET_ARGS="--transformer-impl local --sglang-attention-backend triton --sglang-sampling-backend pytorch"
-SET_ARGS+=" --sglang-grammar-backend none"
+SET_ARGS+=" --sglang-grammar-backend none --no-rope-fusion --no-gradient-accumulation-fusion --no-masked-softmax-fusion"
+SET_ARGS+=" --no-persist-layer-norm"
 export EXTRA_ARGS="$CHECK_ARGS $SET_ARGS"
 
 slime-check prereqs --gpus 1 --json >"$LOGS/prereqs.json" || true
