@@ -395,3 +395,65 @@ def phases_worker(rank, world, port, model_dir):
         actor.train(0, synthetic_batch(8, seed=0))
     profiled = sorted({e.name for e in prof.events() if e.name.startswith("slime_ref/")})
     return seen, profiled
+
+
+def te_named_spec_worker(rank, world, port, spec_dir):
+    """bench/gpu/te_named_local_spec.py next to Megatron's local spec: the same weights (norms moved into
+    the linear layers) give the same logits and gradients; returns names, logits and gradient norms."""
+    import sys
+
+    import torch.nn.functional as F
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from slime_ref.backends.megatron import initialize
+
+    sys.path.insert(0, spec_dir)
+    from te_named_local_spec import te_named_local_spec
+
+    initialize.init_distributed(rank, world, master_port=port)
+    ps.initialize_model_parallel()
+    initialize.set_seed(0)
+    try:
+        config = TransformerConfig(num_layers=2, hidden_size=32, num_attention_heads=4, num_query_groups=2,
+                                   ffn_hidden_size=48, kv_channels=8, normalization="RMSNorm", layernorm_epsilon=1e-6,
+                                   gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
+                                   add_qkv_bias=True, qk_layernorm=True, use_cpu_initialization=True,
+                                   masked_softmax_fusion=False, bias_activation_fusion=False, apply_rope_fusion=False,
+                                   gradient_accumulation_fusion=False, persist_layer_norm=False,
+                                   attention_dropout=0.0, hidden_dropout=0.0)
+        args = argparse.Namespace(qk_layernorm=True, normalization="RMSNorm")
+        models = {}
+        for name, spec in (("local", get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")),
+                           ("te_named", te_named_local_spec(args, config))):
+            torch.manual_seed(0)
+            models[name] = GPTModel(config, spec, vocab_size=64, max_sequence_length=32,
+                                    position_embedding_type="rope", rotary_base=10000)
+        local, ours = models["local"], models["te_named"]
+        moved = {"input_layernorm.weight": "self_attention.linear_qkv.layer_norm_weight",
+                 "pre_mlp_layernorm.weight": "mlp.linear_fc1.layer_norm_weight"}
+        state = {}
+        g = torch.Generator().manual_seed(1)
+        for key, value in local.state_dict().items():
+            if key.endswith("_extra_state"):
+                continue
+            if key.endswith("layernorm.weight"):  # random norms, so a norm left out would show
+                value = 1 + 0.1 * torch.randn(value.shape, generator=g)
+                local.state_dict()[key].copy_(value)
+            for old, new in moved.items():
+                key = key.replace(old, new)
+            state[key] = value
+        missing, unexpected = ours.load_state_dict(state, strict=False)
+        tokens = torch.randint(0, 64, (2, 12), generator=g)
+        positions = torch.arange(12).expand(2, 12)
+        out = {"ours_names": sorted(n for n, _ in ours.named_parameters()),
+               "missing": [k for k in missing if not k.endswith("_extra_state")], "unexpected": list(unexpected)}
+        for name, model in models.items():
+            logits = model(tokens, positions, attention_mask=None)
+            logits.float().square().mean().backward()
+            out[name] = (logits.detach(), {n: p.grad.norm().item() for n, p in model.named_parameters()})
+        return out
+    finally:
+        initialize.destroy()

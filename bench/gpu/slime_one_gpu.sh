@@ -30,14 +30,16 @@ export PATH=$WORK/bin:$PATH
 PYTHONPATH=$REPO/reference_impl python3 "$REPO/bench/shaped_model.py" --shape qwen2.5-0.5B --out "$WORK/model" \
   >"$LOGS/model.json"
 export NUM_GPUS=1 NUM_ROLLOUT=3 HF_DIR=$WORK/model SAVE_DIR=$WORK/save TRAIN_DATA=$WORK/model-tiny/data/train.jsonl
-# The one flag the skill's one-GPU test adds, then what this machine's set needs: no TransformerEngine
-# (slime's --transformer-impl local), and SGLang without FA3 and flashinfer's JIT (triton attention,
-# torch sampling, no grammar backend).
+# The one flag the skill's one-GPU test adds, then what this machine's set needs. No TransformerEngine:
+# Megatron's local layers under TransformerEngine's parameter names (bench/gpu/te_named_local_spec.py,
+# on the job's PYTHONPATH through MEGATRON_DIR), and Megatron's fusions that need it off. SGLang without
+# FA3 and flashinfer's JIT: triton attention, torch sampling, no grammar backend.
 CHECK_ARGS="--check-weight-update-equal"
-SET_ARGS="--transformer-impl local --sglang-attention-backend triton --sglang-sampling-backend pytorch"
-SET_ARGS+=" --sglang-grammar-backend none --no-rope-fusion --no-gradient-accumulation-fusion --no-masked-softmax-fusion"
-SET_ARGS+=" --no-persist-layer-norm"
+SET_ARGS="--transformer-impl local --spec te_named_local_spec te_named_local_spec --no-rope-fusion"
+SET_ARGS+=" --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm"
+SET_ARGS+=" --sglang-attention-backend triton --sglang-sampling-backend pytorch --sglang-grammar-backend none"
 export EXTRA_ARGS="$CHECK_ARGS $SET_ARGS"
+export MEGATRON_DIR="$MEGATRON_DIR:$REPO/bench/gpu"
 
 slime-check prereqs --gpus 1 --json >"$LOGS/prereqs.json" || true
 slime-check config --slime-dir "$SLIME_DIR" --env "EXTRA_ARGS=$EXTRA_ARGS" "$TEMPLATE" >"$LOGS/config.txt" 2>&1 || true
