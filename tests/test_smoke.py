@@ -252,6 +252,16 @@ mode = os.environ.get("STUB_MODE", "fail")
 if mode == "fail":
     print("Waiting for placement group of 8 GPUs (elapsed 30s): 1 GPUs registered with Ray, 1 available.", flush=True)
     sys.exit(1)
+if mode == "metrics":  # slime's metric lines (slime/ray/rollout.py, backends/megatron_utils/data.py)
+    for i, (reward, truncated, length) in enumerate(((0.25, 1.0, 32.0), (0.5, 0.5, 30.0))):
+        print(f"\x1b[36m(RolloutManager pid=7)\x1b[0m [2026-12-01 23:40:0{i}] rollout.py:1306 - perf {i}: "
+              f"{{'rollout/response_len/mean': {length}, 'rollout/truncated_ratio': {truncated}, "
+              f"'perf/rollout_time': 3.2}}")
+        print(f"\x1b[36m(MegatronTrainRayActor pid=8)\x1b[0m [2026-12-01 23:40:0{i}] data.py:363 - rollout {i}: "
+              f"{{'rollout/raw_reward': {reward}, 'rollout/log_probs': -11.9}}")
+        print(f"\x1b[36m(MegatronTrainRayActor pid=8)\x1b[0m [2026-12-01 23:40:0{i}] model.py:700 - step {i}: "
+              "{'train/pg_loss': 0.0, 'train/grad_norm': 1.5}", flush=True)
+    sys.exit(0)
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 with open(os.environ["STUB_PIDS"], "w") as fh:
     fh.write(f"{os.getpid()} {child.pid}")
@@ -294,6 +304,19 @@ def test_with_slime_runs_train_py_with_the_rewritten_argv_and_reads_its_log(shor
     assert argv[argv.index("--num-rollout") + 1] == "2" and "--check-weight-update-equal" in argv
     assert argv[argv.index("--num-layers") + 1] == "2"  # MODEL_ARGS reach the real train.py
     assert (out / "smoke-command.sh").read_text().count("train.py") == 1
+
+
+def test_with_slime_reads_rewards_and_truncation_from_slimes_log_lines(short_tmp, tiny):
+    slime_dir = _stub_slime(short_tmp)
+    done = subprocess.run([*CLI, "smoke", "--with", "slime", "--slime-dir", str(slime_dir), "--force", "--json",
+                           "--out", str(short_tmp / "out"), "--", *_argv_job(tiny)], capture_output=True, text=True,
+                          timeout=300, env=_env(RAY_ADDRESS="127.0.0.1:1", STUB_MODE="metrics"))
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    run = report["run"]
+    assert run["rewards"] == [0.25, 0.5] and run["truncated_ratio"] == [1.0, 0.5]
+    assert run["response_length"] == [32.0, 30.0]
+    assert "smoke.run" in ids(report, "PASS") and "smoke.reward" not in ids(report, "WARN")
 
 
 def test_with_slime_timeout_stops_exactly_what_it_started(short_tmp, tiny):

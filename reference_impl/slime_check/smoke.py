@@ -740,6 +740,26 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return out
 
 
+def slime_log_metrics(log: str) -> list[dict]:
+    """Real slime writes no metrics file: its per-rollout metrics are the ``rollout N: {...}`` and
+    ``perf N: {...}`` lines of its log, read here with the skill's log summariser. slime's
+    ``rollout/response_len/mean`` is also given as ``rollout/response_length``, slime-ref's name."""
+    import importlib.util
+
+    from slime_check.skill_install import bundle_root
+
+    path = bundle_root() / "skill" / "scripts" / "slime_log_summary.py"
+    spec = importlib.util.spec_from_file_location("slime_log_summary", path)
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    records = []
+    for rollout_id, metrics in sorted(summary.read_log(log.splitlines()).items()):
+        if "rollout/response_len/mean" in metrics:
+            metrics.setdefault("rollout/response_length", metrics["rollout/response_len/mean"])
+        records.append({"rollout_id": rollout_id, **metrics})
+    return records
+
+
 def _flat(record: dict) -> dict:
     return record.get("metrics", record) if isinstance(record.get("metrics"), dict) else record
 
@@ -821,7 +841,8 @@ def verdict(result: dict, shrunk: Shrunk, opts: SmokeOptions) -> list[Finding]:
                                     f"the trainer after {len(diffs)} syncs (max |diff| {max(diffs):.2g})"))
     elif rc == 0:
         findings.append(Finding("smoke.reward", Status.WARN, "no rollout metrics were logged.",
-                                "Check OUT/run/metrics.jsonl.", DOC))
+                                "Check OUT/run/metrics.jsonl (slime-ref) or the `rollout N: {...}` lines of "
+                                "OUT/smoke.log (slime).", DOC))
     return findings
 
 
@@ -957,9 +978,10 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     summary = {}
     if (run_dir / "summary.json").is_file():
         summary = json.loads((run_dir / "summary.json").read_text())
-    result = {"returncode": rc, "timed_out": timed_out, "log": (out / "smoke.log").read_text(errors="replace"),
-              "metrics": read_metrics(run_dir), "hooks": hook_counts(shrunk.hooks, out),
-              "wall_s": phase["run"]}
+    log = (out / "smoke.log").read_text(errors="replace")
+    metrics = read_metrics(run_dir) if opts.engine == "slime-ref" else slime_log_metrics(log)
+    result = {"returncode": rc, "timed_out": timed_out, "log": log, "metrics": metrics,
+              "hooks": hook_counts(shrunk.hooks, out), "wall_s": phase["run"]}
     findings += verdict(result, shrunk, opts)
     phase["total"] = time.perf_counter() - wall
     report.update({
