@@ -321,7 +321,7 @@ def diagnostics_ours(actor) -> dict:
 
     inner = optimizer_kernels.torch_adam_optimizers(actor.optimizer)
     return {
-        "varlen_attention": {"available": layers._varlen_attention() is not None,
+        "varlen_attention": {"available": layers.varlen_attention() is not None,
                              "failed": list(layers._varlen_unusable),
                              "fallback_calls": dict(FALLBACK_CALLS)},
         "optimizer": {"megatron": [type(o).__name__ for o in getattr(actor.optimizer, "chained_optimizers", [])],

@@ -454,6 +454,20 @@ def te_named_spec_worker(rank, world, port, spec_dir):
             logits = model(tokens, positions, attention_mask=None)
             logits.float().square().mean().backward()
             out[name] = (logits.detach(), {n: p.grad.norm().item() for n, p in model.named_parameters()})
+        # slime's batches: sequences packed into one THD row; the local spec sees each one alone
+        from megatron.core.packed_seq_params import PackedSeqParams
+
+        lengths = [5, 7]
+        packed = torch.randint(0, 64, (1, sum(lengths)), generator=g)
+        cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+        params = PackedSeqParams(cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=7, max_seqlen_kv=7,
+                                 qkv_format="thd")
+        packed_positions = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)
+        with torch.no_grad():
+            ours_packed = ours(packed, packed_positions, attention_mask=None, packed_seq_params=params)
+            alone = [local(seq, torch.arange(seq.shape[1]).unsqueeze(0), attention_mask=None)
+                     for seq in packed.split(lengths, dim=1)]
+        out["packed"] = (ours_packed, torch.cat(alone, dim=1))
         return out
     finally:
         initialize.destroy()

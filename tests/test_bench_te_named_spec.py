@@ -2,8 +2,9 @@
 
 slime v0.3.1's Qwen/Llama converters refuse Megatron's local layer names (seen on an H200:
 tests/fixtures/slime_logs/h200-local-layer-names.log.gz). The spec moves the two pre-norms into the
-linear layers after them, under TransformerEngine's names; here, on CPU, it must give the local
-spec's logits and gradients from the same weights.
+linear layers after them, under TransformerEngine's names, and attends with torch's SDPA, which takes
+slime's packed batches; here, on CPU, it must give the local spec's logits and gradients from the
+same weights, packed or not.
 """
 
 from __future__ import annotations
@@ -36,3 +37,5 @@ def test_te_named_spec_has_slimes_names_and_the_local_specs_math():
     assert renamed.keys() == our_grads.keys()
     for name, grad in our_grads.items():
         assert abs(grad - renamed[name]) <= 1e-4 * max(1.0, abs(grad)), name
+    packed, alone = out["packed"]  # slime's packed batches, which the local DotProductAttention refuses
+    torch.testing.assert_close(packed, alone, rtol=1e-5, atol=1e-5)

@@ -43,7 +43,7 @@ def test_varlen_flash_attention_matches_one_sdpa_call_per_sequence(monkeypatch):
         grads = torch.autograd.grad(out.float().square().sum(), (q, k, v))
         return out, grads
 
-    assert layers._varlen_attention() is not None, "this torch has no torch.nn.attention.varlen"
+    assert layers.varlen_attention() is not None, "this torch has no torch.nn.attention.varlen"
     fused, fused_grads = run()
     assert not layers._varlen_unusable, layers._varlen_unusable  # the varlen kernel really ran
     monkeypatch.setattr(layers, "_varlen_unusable", ["forced"])

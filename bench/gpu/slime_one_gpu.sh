@@ -31,15 +31,16 @@ PYTHONPATH=$REPO/reference_impl python3 "$REPO/bench/shaped_model.py" --shape qw
   >"$LOGS/model.json"
 export NUM_GPUS=1 NUM_ROLLOUT=3 HF_DIR=$WORK/model SAVE_DIR=$WORK/save TRAIN_DATA=$WORK/model-tiny/data/train.jsonl
 # The one flag the skill's one-GPU test adds, then what this machine's set needs. No TransformerEngine:
-# Megatron's local layers under TransformerEngine's parameter names (bench/gpu/te_named_local_spec.py,
-# on the job's PYTHONPATH through MEGATRON_DIR), and Megatron's fusions that need it off. SGLang without
+# Megatron's local layers under TransformerEngine's parameter names with torch's attention
+# (bench/gpu/te_named_local_spec.py; it and slime_ref reach the job's PYTHONPATH through MEGATRON_DIR),
+# and Megatron's fusions that need TransformerEngine off. SGLang without
 # FA3 and flashinfer's JIT: triton attention, torch sampling, no grammar backend.
 CHECK_ARGS="--check-weight-update-equal"
 SET_ARGS="--transformer-impl local --spec te_named_local_spec te_named_local_spec --no-rope-fusion"
 SET_ARGS+=" --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm"
 SET_ARGS+=" --sglang-attention-backend triton --sglang-sampling-backend pytorch --sglang-grammar-backend none"
 export EXTRA_ARGS="$CHECK_ARGS $SET_ARGS"
-export MEGATRON_DIR="$MEGATRON_DIR:$REPO/bench/gpu"
+export MEGATRON_DIR="$MEGATRON_DIR:$REPO/bench/gpu:$REPO/reference_impl"
 
 slime-check prereqs --gpus 1 --json >"$LOGS/prereqs.json" || true
 slime-check config --slime-dir "$SLIME_DIR" --env "EXTRA_ARGS=$EXTRA_ARGS" "$TEMPLATE" >"$LOGS/config.txt" 2>&1 || true

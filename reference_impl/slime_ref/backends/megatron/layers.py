@@ -229,7 +229,7 @@ _varlen_unusable: list[str] = []
 
 
 @functools.cache
-def _varlen_attention():
+def varlen_attention():
     """torch's varlen flash attention and how to call it causal/GQA in this torch version, or None."""
     try:
         from torch.nn.attention.varlen import varlen_attn
@@ -302,7 +302,7 @@ class RopeSDPAttention(MegatronModule):
         cos, sin = self._cos_sin(packed_seq_params.position_ids, query.dtype, packed_seq_params.rope_cache)
         q, k = self._norm_rope(query, key, cos, sin)
         out = None
-        varlen = _varlen_attention()
+        varlen = varlen_attention()
         # flash kernels: 16-bit inputs, no dropout; an explicit scale needs a torch that takes one
         if (
             q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and dropout == 0.0
