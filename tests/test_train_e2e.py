@@ -75,6 +75,42 @@ def test_colocated_tensor_sync_and_disk_sync(tiny, tmp_path):
         assert len(rollouts) == 2 and all(r["perf/weight_check_max_abs_diff"] <= 1e-5 for r in rollouts)
 
 
+@pytest.mark.slow  # two real runs: Ray, engines, router, Megatron
+def test_a_saved_rollout_trains_again_exactly_like_the_live_one(tiny, tmp_path):
+    """slime's --save-debug-rollout-data, then --load-debug-rollout-data: no engine, same samples,
+    so the same log-probs, advantages, loss and gradient norm (fp32 on CPU; bench/vs_slime.py gives
+    slime and slime-ref one such batch). Two optimizer steps, so the old log-probs get their own pass;
+    a zero-weight KL loss, so the reference model's too."""
+    import torch
+
+    def run(name, *extra):
+        out = tmp_path / name
+        assert_ok(run_train(grpo_flags(tiny, out, "--num-rollout", "1", "--actor-num-gpus-per-node", "1",
+                                       "--global-batch-size", "8", "--num-steps-per-rollout", "2",
+                                       "--use-kl-loss", "--kl-loss-coef", "0", "--ref-load", str(tiny.model_dir),
+                                       "--save-debug-train-data", str(out / "train_{rollout_id}_{rank}.pt"), *extra)))
+        step = next(r for r in metrics(out) if "train/pg_loss" in r)
+        dump = torch.load(out / "train_0_0.pt", weights_only=False)
+        return out, step, dump
+
+    saved = tmp_path / "rollout_{rollout_id}.pt"
+    _, live, live_dump = run("live", "--save-debug-rollout-data", str(saved))
+    out, again, again_dump = run("again", "--load-debug-rollout-data", str(saved))
+    assert json.loads((out / "args.json").read_text())["debug_train_only"] is True
+    assert not (out / "logs" / "engine-0.log").exists()  # no engine started
+    a, b = live_dump["rollout_data"], again_dump["rollout_data"]
+    assert len(a["log_probs"]) == 16 and all(lp is not None for lp in a["log_probs"])
+    assert [t.numel() for t in a["log_probs"]] == a["response_lengths"]
+    assert a["response_lengths"] == b["response_lengths"] and a["rewards"] == b["rewards"]
+    for key in ("tokens", "log_probs", "ref_log_probs", "advantages"):
+        for x, y in zip(a[key], b[key], strict=True):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+    for ref, old in zip(a["ref_log_probs"], a["log_probs"], strict=True):  # before the first step: same weights
+        torch.testing.assert_close(ref, old, rtol=0, atol=0)
+    for name in ("train/pg_loss", "train/grad_norm", "train/ppo_kl"):
+        assert again[name] == pytest.approx(live[name], rel=1e-6, abs=1e-9), name
+
+
 @pytest.mark.slow  # a real run: Ray, engines, router, Megatron
 def test_train_async_overlaps_and_refuses_colocate(tiny, tmp_path):
     out = tmp_path / "async"

@@ -426,6 +426,13 @@ def add_slime_ref_arguments(parser: argparse.ArgumentParser) -> argparse.Argumen
     group.add_argument("--save-debug-rollout-data", type=str, default=None,
                        help="slime's flag: dump each rollout's samples to this path, formatted with "
                             "{rollout_id} (torch.save of {'rollout_id', 'samples'}).")
+    group.add_argument("--load-debug-rollout-data", type=str, default=None,
+                       help="slime's flag: train on the samples --save-debug-rollout-data wrote (this path, "
+                            "formatted with {rollout_id}) instead of generating; implies --debug-train-only.")
+    group.add_argument("--save-debug-train-data", type=str, default=None,
+                       help="slime's flag: after each rollout's training, every rank writes the data it trained "
+                            "on (tokens, masks, log-probs, advantages) to this path, formatted with {rollout_id} "
+                            "and {rank} (torch.save of {'rollout_id', 'rank', 'rollout_data'}).")
     group.add_argument("--ray-object-store-mb", type=int, default=1024,
                        help="Object store size of a local Ray cluster slime-ref starts.")
     return parser
@@ -717,6 +724,8 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
         value = getattr(args, attr, None)
         if value is not None and value < 1:
             raise UserError(f"{_flag(attr)} must be a positive integer, got {value}")
+    if args.load_debug_rollout_data is not None:
+        args.debug_train_only = True  # slime: the samples come from the file, no engine is started
     if args.debug_train_only and args.debug_rollout_only:
         raise UserError("--debug-train-only and --debug-rollout-only exclude each other")
     actor_gpus = args.actor_num_nodes * args.actor_num_gpus_per_node

@@ -201,10 +201,14 @@ class RolloutManager:
         from slime_ref.algo.advantages import post_process_rewards
 
         start = time.perf_counter()
-        with self._watched():
-            output = self.rollout_fn(self.args, rollout_id, self.data_source, evaluation=False)
-        groups = output.samples if hasattr(output, "samples") else output
-        samples = [s for g in groups for s in g]
+        if self.args.load_debug_rollout_data:
+            output = None
+            samples = load_debug_rollout_data(self.args.load_debug_rollout_data, rollout_id)
+        else:
+            with self._watched():
+                output = self.rollout_fn(self.args, rollout_id, self.data_source, evaluation=False)
+            groups = output.samples if hasattr(output, "samples") else output
+            samples = [s for g in groups for s in g]
         rollout_time = time.perf_counter() - start
         raw, rewards = post_process_rewards(self.args, samples)  # or --custom-reward-post-process-path
         if self.args.save_debug_rollout_data:
@@ -503,6 +507,24 @@ def save_debug_rollout_data(path_template: str, rollout_id: int, samples) -> Non
     buffer = io.BytesIO()
     torch.save({"rollout_id": rollout_id, "samples": [s.to_dict() for s in samples]}, buffer)
     atomic_write_bytes(path_template.format(rollout_id=rollout_id), buffer.getvalue())
+
+
+def load_debug_rollout_data(path_template: str, rollout_id: int) -> list:
+    """slime's --load-debug-rollout-data: the samples a --save-debug-rollout-data file holds."""
+    import torch
+
+    from slime_ref.errors import UserError
+    from slime_ref.types import Sample
+
+    path = Path(path_template.format(rollout_id=rollout_id))
+    if not path.is_file():
+        raise UserError(f"--load-debug-rollout-data: no file {path} for rollout {rollout_id}")
+    try:
+        saved = torch.load(path, weights_only=False)
+        return [Sample.from_dict(d) for d in saved["samples"]]
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as e:
+        raise UserError(f"--load-debug-rollout-data: {path} is not a file --save-debug-rollout-data wrote ({e})") \
+            from None
 
 
 def samples_to_train_data(samples, raw_rewards, rewards) -> dict:

@@ -485,6 +485,8 @@ class MegatronActor:
         trained = sum(int(rollout["tokens"][i].numel()) for step in schedule for mb in step.micro_batches for i in mb)
         timers["perf/actor_train_tok_per_s"] = trained / max(timers["perf/actor_train_time"], 1e-9)
         metrics[-1].update(timers)
+        if a.save_debug_train_data:
+            save_debug_train_data(a.save_debug_train_data, rollout_id, torch.distributed.get_rank(), rollout)
         return metrics
 
     def _train_steps(self, rollout_id: int, rollout: dict, schedule: list[StepSchedule]) -> list[dict[str, float]]:
@@ -620,6 +622,30 @@ class MegatronActor:
         if a.save_hf:
             self.save_hf(a.save_hf.format(rollout_id=rollout_id))
         return path
+
+
+# what --save-debug-train-data keeps of a rollout's train data: per-sample lists (None: not this rank's)
+DEBUG_TRAIN_KEYS = ("tokens", "response_lengths", "loss_masks", "rewards", "raw_reward", "sample_indices",
+                    "rollout_log_probs", "ref_log_probs", "log_probs", "advantages", "returns", "values")
+
+
+def save_debug_train_data(path_template: str, rollout_id: int, rank: int, rollout: dict) -> None:
+    """slime's --save-debug-train-data: this rank's train data of one rollout, on the host, atomically."""
+    import io
+
+    from slime_ref.utils.fileio import atomic_write_bytes
+
+    def host(value):
+        if isinstance(value, torch.Tensor):
+            return value.detach().cpu()
+        if isinstance(value, list):
+            return [host(v) for v in value]
+        return value
+
+    data = {key: host(rollout[key]) for key in DEBUG_TRAIN_KEYS if key in rollout}
+    buffer = io.BytesIO()
+    torch.save({"rollout_id": rollout_id, "rank": rank, "rollout_data": data}, buffer)
+    atomic_write_bytes(path_template.format(rollout_id=rollout_id, rank=rank), buffer.getvalue())
 
 
 def _by_index(values: dict[int, torch.Tensor], n: int) -> list[torch.Tensor | None]:
