@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -28,3 +29,33 @@ def test_vs_trl_recipe_parses(tiny, tmp_path):
     args = parse_args(vs_trl.ours_flags(tiny.model_dir, tiny.train_path, tmp_path, 0, 60, 2, 1))
     assert (args.rollout_batch_size, args.n_samples_per_prompt, args.rollout_max_response_len) == (8, 8, 8)
     assert args.lr == 5e-4 and args.kl_coef == 0 and not args.use_kl_loss and args.colocate
+
+
+def test_vs_slime_gives_slime_only_its_own_flags_and_both_the_same_work(tiny, tmp_path):
+    """Real slime silently ignores a flag it does not have, so every flag vs_slime passes it must be in the
+    v0.3.1 registry; the work (batch, lengths, SGLang flags) must be grpo_step's, as slime-ref gets it."""
+    import grpo_step
+    import vs_slime
+    from slime_check.smoke import split_flags
+    from slime_common.registry import load_registry
+
+    models = tmp_path / "slime" / "scripts" / "models"
+    models.mkdir(parents=True)
+    (models / "qwen3-0.6B.sh").write_text("MODEL_ARGS=(\n   --num-layers 28\n   --hidden-size 1024\n"
+                                          "   --qk-layernorm\n)\n")
+    slime = split_flags(vs_slime.slime_speed_argv(tmp_path, tmp_path / "slime", 4, te_free=True))
+    reg = load_registry()
+    assert [flag for flag, _ in slime if reg.lookup(flag) is None] == []
+    flags = dict(slime)
+    assert flags["--num-layers"] == ["28"] and flags["--spec"] == ["te_named_local_spec", "te_named_local_spec"]
+    assert flags["--custom-generate-function-path"] == ["vs_slime.slime_generate_ignore_eos"]
+    ours = dict(split_flags(grpo_step.gpu_flags(tmp_path / "model", tmp_path / "prompts.jsonl", tmp_path / "o", 4)))
+    for flag, values in ours.items():
+        if flag not in vs_slime.OURS_ONLY:
+            assert flags[flag] == values, flag
+    shutil.copytree(tiny.model_dir, tmp_path / "model")
+    shutil.copy(tiny.train_path, tmp_path / "prompts.jsonl")
+    parity = parse_args([*vs_slime.parity_flags(tmp_path, "ours"), "--output-dir", str(tmp_path / "p")])
+    assert parity.debug_train_only and parity.use_kl_loss and parity.kl_loss_coef == 0
+    assert parity.rollout_batch_size * parity.n_samples_per_prompt == parity.global_batch_size == 512
+    assert [f for f, _ in split_flags(vs_slime.parity_flags(tmp_path, "slime")) if reg.lookup(f) is None] == []
