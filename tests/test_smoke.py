@@ -303,6 +303,9 @@ def test_with_slime_runs_train_py_with_the_rewritten_argv_and_reads_its_log(shor
     assert env["WANDB_MODE"] == "offline" and env["MY_VAR"] == "1"
     assert argv[argv.index("--num-rollout") + 1] == "2" and "--check-weight-update-equal" in argv
     assert argv[argv.index("--num-layers") + 1] == "2"  # MODEL_ARGS reach the real train.py
+    from slime_common.registry import load_registry
+
+    assert [f for f in argv if f.startswith("--") and load_registry().lookup(f) is None] == []  # slime's flags only
     assert (out / "smoke-command.sh").read_text().count("train.py") == 1
 
 

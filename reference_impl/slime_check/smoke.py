@@ -239,7 +239,7 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
         "--global-batch-size", str(batch * n // steps), "--num-steps-per-rollout", str(steps),
         "--rollout-max-response-len", str(cap), "--check-weight-update-equal",
         *([] if real else [x for k, v in LAYOUT.items() if last(items, k) is not None for x in (k, v)]),
-        "--output-dir", str(out / "run"),
+        *([] if real else ["--output-dir", str(out / "run")]),  # slime-ref's; slime has no such flag
     ]
     if last(items, "--save") is not None:
         argv += ["--save", str(out / "save"), "--save-interval", str(opts.rollouts)]
