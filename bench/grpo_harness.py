@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import threading
@@ -180,12 +179,6 @@ def boxed_math_reward(completions, label, **kwargs) -> list[float]:
 
     texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
     return [float(math_reward(t, lab)) for t, lab in zip(texts, label)]
-
-
-def copy_tokenizer(src: Path, dst: Path) -> None:
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
-        if (Path(src) / name).exists():
-            shutil.copy2(Path(src) / name, Path(dst) / name)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -30,8 +30,6 @@ SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 def build(out: Path, shape: str, tiny_model: Path, small: bool = False, seed: int = 0) -> Path:
     """Write the checkpoint into ``out`` (kept if ``out/config.json`` exists) with ``tiny_model``'s
     tokenizer files and special-token ids; returns ``out``."""
-    import shutil
-
     import torch
     import transformers
 
@@ -48,10 +46,17 @@ def build(out: Path, shape: str, tiny_model: Path, small: bool = False, seed: in
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = getattr(transformers, model_name)(config).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
-        if (tiny_model / name).exists():
-            shutil.copy2(tiny_model / name, out / name)
+    copy_tokenizer(tiny_model, out)
     return out
+
+
+def copy_tokenizer(src: Path, dst: Path) -> None:
+    """The tokenizer files and chat template of checkpoint ``src`` into ``dst``."""
+    import shutil
+
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
+        if (Path(src) / name).exists():
+            shutil.copy2(Path(src) / name, Path(dst) / name)
 
 
 def main() -> None:

@@ -137,7 +137,8 @@ def write_fixed_batch(workdir: Path) -> Path:
 
 def slime_env(slime_dir: Path, megatron_dir: Path) -> dict:
     path = [str(megatron_dir), str(BENCH / "gpu"), str(BENCH), str(REPO / "reference_impl")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path + [os.environ.get("PYTHONPATH", "")]),
+    path += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path),
             "CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
 

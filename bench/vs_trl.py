@@ -45,6 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import grpo_harness as h  # noqa: E402
+import shaped_model  # noqa: E402
 
 RECIPE = dict(prompts_per_step=8, samples_per_prompt=8, max_new_tokens=8, temperature=1.0, lr=5e-4)
 TRL_REFERENCE = "TRL 1.16.0 took 0.04-0.05 s a step on this recipe, reward 0.25 -> 0.34 on seed 0 (issue 6)"
@@ -134,7 +135,7 @@ def warm_up(tiny: Path, rows: list[dict], out: Path, *, target: float, threads: 
             "checks": checks, "seconds": round(time.perf_counter() - start, 1)}
     with atomic_directory(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
-        h.copy_tokenizer(tiny / "model", Path(tmp))
+        shaped_model.copy_tokenizer(tiny / "model", Path(tmp))
         atomic_write_json(Path(tmp) / "warmup.json", info)
     return info
 

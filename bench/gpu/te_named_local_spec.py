@@ -24,7 +24,7 @@ from megatron.core.tensor_parallel import ColumnParallelLinear
 from megatron.core.transformer.identity_op import IdentityOp
 from megatron.core.transformer.module import MegatronModule
 
-from slime_ref.backends.megatron.layers import attention_per_sequence, varlen_attention
+from slime_ref.backends.megatron.layers import attention_per_sequence, rms_norm, varlen_attention
 
 
 class NormedColumnParallelLinear(ColumnParallelLinear):
@@ -45,8 +45,7 @@ class NormedColumnParallelLinear(ColumnParallelLinear):
 
     def forward(self, input_: torch.Tensor, weight: torch.Tensor | None = None, runtime_gather_output=None):
         if self.rms:
-            x = input_.float()
-            x = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(input_.dtype) * self.layer_norm_weight
+            x = rms_norm(input_, self.layer_norm_weight, self.eps)
         else:
             x = torch.nn.functional.layer_norm(input_, (input_.shape[-1],), self.layer_norm_weight,
                                                self.layer_norm_bias, self.eps)
