@@ -169,8 +169,12 @@ python train.py --moe-layer-freq "$FREQ" --k "${arr[@]}"
 def test_case_blocks_are_noted(tmp_path):
     path = write(tmp_path, 'case "$M" in\n  a) X=1 ;;\n  *) X=2 ;;\nesac\npython train.py --x $X\n')
     reading = read_script(path)
-    assert "case block is not followed" in reading.notes[0]
+    assert "case block is not followed; X (set in it)" in reading.notes[0]
     assert not reading.invocations[0].argv[1].known
+    # a guard that only checks and exits sets nothing: no flag is unknown, nothing to note
+    guard = write(tmp_path, 'case "$N" in\n  1|2) ;;\n  *) echo bad >&2; exit 2 ;;\nesac\npython train.py --x 1\n',
+                  "guard.sh")
+    assert read_script(guard).notes == []
 
 
 def test_functions_are_called(tmp_path):
@@ -216,3 +220,21 @@ def test_slime_ref_commands_are_entry_points(tmp_path, command, entry):
 
 def test_other_slime_ref_commands_are_not_entry_points(tmp_path):
     assert read_script(write(tmp_path, "slime-ref plot run/\n")).invocations == []
+
+
+def test_ray_job_submits_runtime_env_vars_reach_the_invocation(tmp_path):
+    # slime's scripts put Megatron-LM and the user's hook folders on PYTHONPATH in the job's runtime env;
+    # Ray sets those for the driver and every worker, over what the shell exported
+    path = write(tmp_path, 'export PYTHONPATH=/from/shell MY_VAR=kept\nMEGATRON_DIR=/root/Megatron-LM\n'
+                 'RUNTIME_ENV_JSON="{\n  \\"env_vars\\": {\n    \\"PYTHONPATH\\": \\"${MEGATRON_DIR}:/hooks\\",\n'
+                 '    \\"CUDA_DEVICE_MAX_CONNECTIONS\\": \\"1\\"\n  }\n}"\n'
+                 'ray job submit --address="http://127.0.0.1:8265" \\\n   --runtime-env-json="${RUNTIME_ENV_JSON}" \\\n'
+                 '   -- python3 train.py --lr 1e-6\n')
+    (inv,) = read_script(path).invocations
+    assert inv.env == {"PYTHONPATH": "/root/Megatron-LM:/hooks", "MY_VAR": "kept", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert [w.text for w in inv.argv] == ["--lr", "1e-6"]
+    # the flag and its value as two words; a value that is not JSON adds nothing
+    two = write(tmp_path, "ray job submit --runtime-env-json '{\"env_vars\": {\"A\": \"1\"}}' -- python3 train.py\n"
+                "ray job submit --runtime-env-json='not json' -- python3 train.py\n", "two.sh")
+    first, second = read_script(two).invocations
+    assert first.env == {"A": "1"} and second.env == {}

@@ -999,7 +999,8 @@ class Report:
 def script_findings(reading) -> list[Finding]:
     out = []
     for note in reading.notes:
-        out.append(Finding("config.script", Status.WARN, note, "Fix the path, or pass --slime-dir.", ARGS_DOC))
+        out.append(Finding("config.script", Status.WARN, note, "Fix the path or pass --slime-dir (a sourced file); "
+                           "give a variable the script cannot show with --env NAME=VALUE.", ARGS_DOC))
     if reading.substituted:
         out.append(
             Finding("config.script", Status.PASS, "Read from --slime-dir: " + "; ".join(reading.substituted) + ".")

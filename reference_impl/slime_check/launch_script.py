@@ -21,6 +21,7 @@ environment) stays symbolic: a :class:`Word` keeps such parts as :class:`Sym` an
 from __future__ import annotations
 
 import ast
+import json
 import operator
 import os
 import re
@@ -815,8 +816,10 @@ class Reader:
                 self.functions[node.name] = node.body
             elif isinstance(node, Opaque):
                 self.vars.update(dict.fromkeys(node.assigned, UNKNOWN))
-                self.result.notes.append(f"{Origin(str(self.here), node.line)}: a {node.what} block is not followed; "
-                                         "variables it sets are unknown here")
+                if node.assigned:  # a block that sets nothing (a guard that exits) changes no flag
+                    self.result.notes.append(f"{Origin(str(self.here), node.line)}: a {node.what} block is not "
+                                             f"followed; {', '.join(sorted(set(node.assigned)))} (set in it) unknown "
+                                             "here")
 
     def run_if(self, node: If):
         for cond, body in node.clauses:
@@ -1028,8 +1031,8 @@ class Reader:
             if base.startswith(("python", "torchrun", "deepspeed")):
                 runner = True
             elif runner and base in ENTRY_POINTS:
-                self.result.invocations.append(Invocation(base, words[k + 1:], w.origin, self.depth > 0,
-                                                          self.exported_env()))
+                env = {**self.exported_env(), **runtime_env_vars(words[:k])}
+                self.result.invocations.append(Invocation(base, words[k + 1:], w.origin, self.depth > 0, env))
                 return
             elif base == "slime-ref" and k + 1 < len(words) and words[k + 1].known \
                     and words[k + 1].text in SLIME_REF_ENTRY_POINTS:
@@ -1046,6 +1049,27 @@ class Reader:
             if isinstance(value, list) and all(isinstance(p, str) for p in value):
                 env[name] = "".join(value)
         return env
+
+
+def runtime_env_vars(words: list[Word]) -> dict[str, str]:
+    """``env_vars`` of ``ray job submit --runtime-env-json`` among ``words``, where known: Ray sets them for
+    the job's driver and every worker, over what the shell exported (slime's scripts put Megatron-LM and
+    the user's hook folders on PYTHONPATH there)."""
+    for k, w in enumerate(words):
+        if not w.known:
+            continue
+        if w.text.startswith("--runtime-env-json="):
+            raw = w.text.split("=", 1)[1]
+        elif w.text == "--runtime-env-json" and k + 1 < len(words) and words[k + 1].known:
+            raw = words[k + 1].text
+        else:
+            continue
+        try:
+            env_vars = json.loads(raw).get("env_vars") or {}
+        except (ValueError, AttributeError):
+            return {}
+        return {name: value for name, value in env_vars.items() if isinstance(value, str)}
+    return {}
 
 
 def matching(raw: str, j: int, opener: str, closer: str) -> int:
