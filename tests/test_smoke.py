@@ -159,6 +159,39 @@ def test_a_real_slime_log_gives_exactly_the_failure_that_stopped_it(log, expecte
     assert [f.id for f in scan(text)] == [expected]
 
 
+@pytest.mark.parametrize("log", ["h200-template-3-rollouts", "h200-smoke"])
+def test_a_real_slime_run_that_went_through_gives_no_log_finding(log):
+    text = gzip.decompress((REAL_LOGS / f"{log}.log.gz").read_bytes()).decode()
+    assert scan(text) == []
+
+
+def test_a_real_slime_hook_that_does_not_import_is_named_from_its_log():
+    text = gzip.decompress((REAL_LOGS / "h200-smoke-bad-hook.log.gz").read_bytes()).decode()
+    (found,) = scan(text)
+    assert found.id == "smoke.log.hook_import" and "no_such_module" in found.finding
+
+
+def test_real_slime_log_metrics_give_rewards_and_groups_with_equal_rewards():
+    from slime_check.smoke import Shrunk, slime_log_metrics, verdict
+
+    text = gzip.decompress((REAL_LOGS / "h200-smoke.log.gz").read_bytes()).decode()
+    metrics = slime_log_metrics(text, groups=2)  # the smoke's --rollout-batch-size 2
+    assert [m["rollout_id"] for m in metrics] == [0, 1]
+    assert [m["rollout/raw_reward"] for m in metrics] == [0.0, 0.0]
+    assert [m["rollout/zero_std_ratio"] for m in metrics] == [1.0, 1.0]  # 'rollout/zero_std/count_0': 2
+    assert [m["rollout/response_length"] for m in metrics] == [32.0, 32.0]
+    shrunk = Shrunk(argv=[], changes=[], hooks={}, notes=[], user_max_len=4096, full={})
+    found = verdict({"returncode": 0, "log": text, "metrics": metrics, "wall_s": 296}, shrunk,
+                    SmokeOptions(out=Path("/nonexistent")))
+    reward = next(f for f in found if f.id == "smoke.reward")
+    assert reward.status is Status.WARN and "equal within every group" in reward.finding
+    assert next(f for f in found if f.id == "smoke.weight_update").status is Status.PASS
+    # without the group count, slime's log cannot say whether rewards varied: no claim either way
+    unknown = verdict({"returncode": 0, "log": text, "metrics": slime_log_metrics(text), "wall_s": 296}, shrunk,
+                      SmokeOptions(out=Path("/nonexistent")))
+    assert next(f for f in unknown if f.id == "smoke.reward").finding.startswith("rewards logged:")
+
+
 def test_normal_lines_are_not_findings():
     benign = ("[torch_memory_saver.cpp] cuMemCreate CUDA_ERROR_OUT_OF_MEMORY (may not be an issue e.g. torch "
               "allocator will free cache and retry)\nAbort request for SGLang server http://10.0.0.1:3001\n"
@@ -307,6 +340,29 @@ def test_with_slime_runs_train_py_with_the_rewritten_argv_and_reads_its_log(shor
 
     assert [f for f in argv if f.startswith("--") and load_registry().lookup(f) is None] == []  # slime's flags only
     assert (out / "smoke-command.sh").read_text().count("train.py") == 1
+
+
+def test_with_slime_hooks_on_the_jobs_runtime_env_pythonpath_import(short_tmp, tiny):
+    # slime's scripts put hook folders on PYTHONPATH in `ray job submit --runtime-env-json`, not in the shell
+    slime_dir = _stub_slime(short_tmp)
+    hooks = short_tmp / "my_hooks"
+    (hooks / "arith_rm").mkdir(parents=True)
+    (hooks / "arith_rm" / "__init__.py").write_text("async def reward(args, sample, **kwargs):\n    return 1.0\n")
+    argv = " ".join(_argv_job(tiny))
+    script = short_tmp / "run.sh"
+    script.write_text(f'RUNTIME_ENV_JSON=\'{{"env_vars": {{"PYTHONPATH": "{hooks}"}}}}\'\n'
+                      f'ray job submit --address=http://127.0.0.1:8265 --runtime-env-json="$RUNTIME_ENV_JSON" '
+                      f"-- python3 {slime_dir}/train.py {argv} --custom-rm-path arith_rm.reward\n")
+    out = short_tmp / "out"
+    done = subprocess.run([*CLI, "smoke", str(script), "--with", "slime", "--slime-dir", str(slime_dir), "--force",
+                           "--json", "--out", str(out)], capture_output=True, text=True, timeout=300,
+                          env=_env(RAY_ADDRESS="127.0.0.1:1"))
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert "smoke.hook_import" in ids(report, "PASS") and "smoke.hook_import" not in ids(report, "FAIL")
+    log = (out / "smoke.log").read_text()
+    env = json.loads(next(ln for ln in log.splitlines() if ln.startswith("env "))[4:])
+    assert str(hooks) in env["PYTHONPATH"].split(os.pathsep)
 
 
 def test_with_slime_reads_rewards_and_truncation_from_slimes_log_lines(short_tmp, tiny):

@@ -740,10 +740,13 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return out
 
 
-def slime_log_metrics(log: str) -> list[dict]:
+def slime_log_metrics(log: str, groups: int | None = None) -> list[dict]:
     """Real slime writes no metrics file: its per-rollout metrics are the ``rollout N: {...}`` and
     ``perf N: {...}`` lines of its log, read here with the skill's log summariser. slime's
-    ``rollout/response_len/mean`` is also given as ``rollout/response_length``, slime-ref's name."""
+    ``rollout/response_len/mean`` is also given as ``rollout/response_length``, slime-ref's name.
+    slime counts the groups whose rewards are all equal (``rollout/zero_std/count_<reward>``, logged
+    only for the rewards that had such groups); given ``groups`` (--rollout-batch-size), that becomes
+    ``rollout/zero_std_ratio``, slime-ref's name."""
     import importlib.util
 
     from slime_check.skill_install import bundle_root
@@ -756,6 +759,9 @@ def slime_log_metrics(log: str) -> list[dict]:
     for rollout_id, metrics in sorted(summary.read_log(log.splitlines()).items()):
         if "rollout/response_len/mean" in metrics:
             metrics.setdefault("rollout/response_length", metrics["rollout/response_len/mean"])
+            if groups:
+                equal = sum(v for k, v in metrics.items() if k.startswith("rollout/zero_std/count_"))
+                metrics.setdefault("rollout/zero_std_ratio", equal / groups)
         records.append({"rollout_id": rollout_id, **metrics})
     return records
 
@@ -801,7 +807,7 @@ def verdict(result: dict, shrunk: Shrunk, opts: SmokeOptions) -> list[Finding]:
     rollouts = [r for r in result.get("metrics", []) if "rollout/raw_reward" in _flat(r)]
     if rollouts:
         rewards = [_flat(r)["rollout/raw_reward"] for r in rollouts]
-        zero_std = [_flat(r).get("rollout/zero_std_ratio", 0.0) for r in rollouts]
+        zero_std = [_flat(r).get("rollout/zero_std_ratio") for r in rollouts]  # None: not logged
         probes = [p for h in result.get("hooks", {}).values() if h["flag"] == "--custom-rm-path"
                   for p in h["label_probe"]]
         rm_probe_zero = bool(probes) and all(p == 0 for p in probes)
@@ -817,7 +823,8 @@ def verdict(result: dict, shrunk: Shrunk, opts: SmokeOptions) -> list[Finding]:
                                     "Watch rollout/zero_std_ratio in the real run; check the reward on known answers.",
                                     slime_doc(FAQ)))
         else:
-            findings.append(Finding("smoke.reward", Status.PASS, "rewards vary within groups: mean per rollout "
+            vary = "rewards vary within groups" if None not in zero_std else "rewards logged"
+            findings.append(Finding("smoke.reward", Status.PASS, f"{vary}: mean per rollout "
                                     + ", ".join(f"{r:.3f}" for r in rewards)))
         trunc = [_flat(r).get("rollout/truncated_ratio", 0.0) for r in rollouts]
         lengths = [_flat(r).get("rollout/response_length", 0.0) for r in rollouts]
@@ -836,9 +843,14 @@ def verdict(result: dict, shrunk: Shrunk, opts: SmokeOptions) -> list[Finding]:
                                     + (" (the smoke cap; random weights seldom stop)" if capped_by_smoke else "")))
         diffs = [_flat(r)["perf/weight_check_max_abs_diff"] for r in result.get("metrics", [])
                  if "perf/weight_check_max_abs_diff" in _flat(r)]
+        compared = log.count("[WeightChecker] handle action=compare")  # real slime: SGLang's checker
         if diffs:
             findings.append(Finding("smoke.weight_update", Status.PASS, f"--check-weight-update-equal: engines match "
                                     f"the trainer after {len(diffs)} syncs (max |diff| {max(diffs):.2g})"))
+        elif compared and rc == 0:
+            findings.append(Finding("smoke.weight_update", Status.PASS, f"--check-weight-update-equal: SGLang's "
+                                    f"weight checker compared the engines with the trainer {compared} time(s), after "
+                                    "the first sync; slime stops the run on a mismatch"))
     elif rc == 0:
         findings.append(Finding("smoke.reward", Status.WARN, "no rollout metrics were logged.",
                                 "Check OUT/run/metrics.jsonl (slime-ref) or the `rollout N: {...}` lines of "
@@ -979,7 +991,8 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     if (run_dir / "summary.json").is_file():
         summary = json.loads((run_dir / "summary.json").read_text())
     log = (out / "smoke.log").read_text(errors="replace")
-    metrics = read_metrics(run_dir) if opts.engine == "slime-ref" else slime_log_metrics(log)
+    metrics = read_metrics(run_dir) if opts.engine == "slime-ref" else slime_log_metrics(
+        log, _int(last(split_flags(shrunk.argv), "--rollout-batch-size")))
     result = {"returncode": rc, "timed_out": timed_out, "log": log, "metrics": metrics,
               "hooks": hook_counts(shrunk.hooks, out), "wall_s": phase["run"]}
     findings += verdict(result, shrunk, opts)
