@@ -24,6 +24,7 @@ TransformerEngine it runs with bench/gpu/te_named_local_spec.py (``--te-free``, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -121,8 +122,10 @@ def write_fixed_batch(workdir: Path) -> Path:
         prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
         for j in range(PARITY["samples"]):
             response = [rng.randrange(3, len(tokenizer)) for _ in range(PARITY["response_tokens"])]
+            # rollout_id stays None: slime v0.3.1 counts --global-batch-size in rollouts (samples sharing a
+            # rollout_id train in one step), and a sample with none is its own rollout
             samples.append(Sample(
-                group_index=g, index=g * PARITY["samples"] + j, rollout_id=0, prompt=row["prompt"],
+                group_index=g, index=g * PARITY["samples"] + j, prompt=row["prompt"],
                 tokens=prompt + response, response=tokenizer.decode(response), response_length=len(response),
                 label=row["label"], reward=float((g + j) % 3 == 0), loss_mask=[1] * len(response),
                 rollout_log_probs=[0.0] * len(response), status=Sample.Status.COMPLETED))
@@ -141,6 +144,24 @@ def slime_env(slime_dir: Path, megatron_dir: Path) -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(path),
             "CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
+
+
+@contextlib.contextmanager
+def ours_path():
+    """slime-ref's megatron-core where the real-slime set keeps it apart from slime's Megatron-LM
+    (``SLIME_REF_PYTHONPATH``, bench/gpu/install_slime_set.sh): on this process's path and its children's."""
+    extra = [p for p in os.environ.get("SLIME_REF_PYTHONPATH", "").split(os.pathsep) if p]
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([*extra, *([before] if before else [])])
+    sys.path[:0] = extra
+    try:
+        yield
+    finally:
+        del sys.path[:len(extra)]
+        if before is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def run_slime(name: str, argv: list[str], workdir: Path, slime_dir: Path, megatron_dir: Path, timeout_s: float) -> dict:
@@ -266,7 +287,8 @@ def main() -> None:
             run = run_slime("slime", slime_argv, a.workdir, a.slime_dir, a.megatron_dir, a.timeout)
             result["slime"] = slime_speed_summary(run) if run["returncode"] == 0 else run
         if "ours" in trainers:
-            result["ours"] = grpo_step.spawn("ours", a.workdir, a.steps, timeout_s=a.timeout, extra=[])
+            with ours_path():
+                result["ours"] = grpo_step.spawn("ours", a.workdir, a.steps, timeout_s=a.timeout, extra=[])
         slime_step = result.get("slime", {}).get("median_step_s")
         ours_step = result.get("ours", {}).get("median_step_s")
         if slime_step and ours_step:
@@ -280,7 +302,8 @@ def main() -> None:
             runs["slime"] = run_slime("parity-slime", argv, a.workdir, a.slime_dir, a.megatron_dir, a.timeout)
         if "ours" in trainers:
             out = a.workdir / "parity-ours"
-            runs["ours"] = h.run_ours([*parity_flags(a.workdir, "ours"), "--output-dir", str(out)])
+            with ours_path():
+                runs["ours"] = h.run_ours([*parity_flags(a.workdir, "ours"), "--output-dir", str(out)])
         if {"slime", "ours"} <= trainers and runs["slime"]["returncode"] == 0:
             result["parity"] = parity(a.workdir, runs["slime"], a.workdir / "parity-ours")
         else:

@@ -59,3 +59,21 @@ def test_vs_slime_gives_slime_only_its_own_flags_and_both_the_same_work(tiny, tm
     assert parity.debug_train_only and parity.use_kl_loss and parity.kl_loss_coef == 0
     assert parity.rollout_batch_size * parity.n_samples_per_prompt == parity.global_batch_size == 512
     assert [f for f, _ in split_flags(vs_slime.parity_flags(tmp_path, "slime")) if reg.lookup(f) is None] == []
+
+
+def test_vs_slime_fixed_batch_is_one_optimizer_step_for_slime(tiny, tmp_path):
+    """slime v0.3.1 counts --global-batch-size in rollouts: samples sharing a Sample.rollout_id train in one
+    step, and a sample whose rollout_id is None is its own rollout (slime/ray/rollout.py,
+    utils/dp_schedule.py). A batch whose samples all carry rollout_id 0 is one rollout, fewer than the
+    512 a step needs, and slime stops with "num_rollouts (1) < global_batch_size (512)"."""
+    import torch
+
+    import vs_slime
+
+    shutil.copytree(tiny.model_dir, tmp_path / "model")
+    rows = tiny.train_path.read_text().splitlines()
+    (tmp_path / "prompts.jsonl").write_text("\n".join((rows * 2)[:vs_slime.PARITY["prompts"]]) + "\n")
+    samples = torch.load(vs_slime.write_fixed_batch(tmp_path), weights_only=False)["samples"]
+    assert len(samples) == 512 and all(s["rollout_id"] is None for s in samples)
+    rollouts = {s["rollout_id"] if s["rollout_id"] is not None else ("own", s["index"]) for s in samples}
+    assert len(rollouts) // 512 == 1
