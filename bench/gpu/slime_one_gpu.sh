@@ -5,14 +5,14 @@
 #
 #   bash bench/gpu/slime_one_gpu.sh template   the small template as the skill prints it: NUM_GPUS=1,
 #                                              NUM_ROLLOUT=3, EXTRA_ARGS with --check-weight-update-equal
-#   bash bench/gpu/slime_one_gpu.sh smoke      slime-check smoke --with slime on that template, then the
-#                                              same with a hook path that does not import
+#   bash bench/gpu/slime_one_gpu.sh smoke      slime-check smoke --with slime on that template
+#   bash bench/gpu/slime_one_gpu.sh bad-hook   the same with a reward hook path that does not import
 #
 # Logs go to LOGS (default $OUT, else WORK/logs); WORK (default /tmp/slime-one-gpu) keeps the model.
 # What differs from slime's image is in EXTRA_ARGS below and in bench/README.md.
 set -euo pipefail
 
-MODE=${1:?usage: slime_one_gpu.sh template|smoke}
+MODE=${1:?usage: slime_one_gpu.sh template|smoke|bad-hook}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 source /tmp/slime-set/env.sh
 WORK=${WORK:-/tmp/slime-one-gpu}
@@ -22,7 +22,7 @@ mkdir -p "$WORK/bin" "$LOGS"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 
 # slime-check on PATH, as `pip install` of this repository puts it
-printf '#!/bin/sh\nPYTHONPATH=%s exec python3 -c "from slime_check.cli import main; main()" "$@"\n' \
+printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec python3 -c "from slime_check.cli import main; main()" "$@"\n' \
   "$REPO/reference_impl" >"$WORK/bin/slime-check"
 chmod +x "$WORK/bin/slime-check"
 export PATH=$WORK/bin:$PATH
@@ -43,7 +43,8 @@ export EXTRA_ARGS="$CHECK_ARGS $SET_ARGS"
 export MEGATRON_DIR="$MEGATRON_DIR:$REPO/bench/gpu:$REPO/reference_impl"
 
 slime-check prereqs --gpus 1 --json >"$LOGS/prereqs.json" || true
-slime-check config --slime-dir "$SLIME_DIR" --env "EXTRA_ARGS=$EXTRA_ARGS" "$TEMPLATE" >"$LOGS/config.txt" 2>&1 || true
+slime-check config --slime-dir "$SLIME_DIR" --env NUM_GPUS=1 --env "HF_DIR=$HF_DIR" --env "TRAIN_DATA=$TRAIN_DATA" \
+  --env "EXTRA_ARGS=$EXTRA_ARGS" "$TEMPLATE" >"$LOGS/config.txt" 2>&1 || true
 
 case "$MODE" in
 template)
@@ -69,24 +70,24 @@ template)
   cat "$LOGS/run.json" "$LOGS/summary.txt"
   tail -n 30 "$LOGS/slime-run.log"
   ;;
-smoke)
-  # --force: this machine's set has no TransformerEngine and numpy 2 (prereqs FAIL on both; see bench/README.md)
+smoke | bad-hook)
+  # --force: this machine's set has no TransformerEngine (prereqs FAIL on it; see bench/README.md)
   envs=(--force --env NUM_GPUS=1 --env "HF_DIR=$HF_DIR" --env "TRAIN_DATA=$TRAIN_DATA" --env "SLIME_DIR=$SLIME_DIR"
         --env "MEGATRON_DIR=$MEGATRON_DIR")
+  if [ "$MODE" = smoke ]; then
+    extra=$EXTRA_ARGS; more=()
+  else  # the seeded failure: a reward hook whose module does not exist
+    extra="$EXTRA_ARGS --custom-rm-path no_such_module.reward"; more=(--rollouts 1 --timeout 240)
+  fi
   set +e
-  PYTHONPATH=$MEGATRON_DIR slime-check smoke "$TEMPLATE" --with slime --slime-dir "$SLIME_DIR" --out "$WORK/smoke" \
-    "${envs[@]}" --env "EXTRA_ARGS=$EXTRA_ARGS" --json >"$LOGS/smoke.json" 2>"$LOGS/smoke.err"
-  echo "smoke exit $?"
-  # the seeded failure: a reward hook whose module does not exist
-  PYTHONPATH=$MEGATRON_DIR slime-check smoke "$TEMPLATE" --with slime --slime-dir "$SLIME_DIR" \
-    --out "$WORK/smoke-bad-hook" "${envs[@]}" --env "EXTRA_ARGS=$EXTRA_ARGS --custom-rm-path no_such_module.reward" \
-    --rollouts 1 --timeout 240 --json >"$LOGS/smoke-bad-hook.json" 2>"$LOGS/smoke-bad-hook.err"
-  echo "smoke with a bad hook exit $?"
+  PYTHONPATH=$MEGATRON_DIR slime-check smoke "$TEMPLATE" --with slime --slime-dir "$SLIME_DIR" --out "$WORK/$MODE" \
+    "${envs[@]}" --env "EXTRA_ARGS=$extra" "${more[@]}" --json >"$LOGS/$MODE.json" 2>"$LOGS/$MODE.err"
+  echo "slime-check smoke ($MODE) exit $?"
   set -e
-  cp "$WORK/smoke/smoke.log" "$LOGS/smoke-run.log" 2>/dev/null || true
-  tail -n 20 "$LOGS/smoke-run.log" 2>/dev/null || true
-  ps -eo pid,ppid,args | grep -E 'ray::|raylet|gcs_server|sglang' | grep -v grep >"$LOGS/left-after-smoke.txt" || true
-  echo "processes left after smoke: $(wc -l <"$LOGS/left-after-smoke.txt")"
+  cp "$WORK/$MODE/smoke.log" "$LOGS/$MODE-run.log" 2>/dev/null || true
+  tail -n 20 "$LOGS/$MODE-run.log" 2>/dev/null || true
+  ps -eo pid,ppid,args | grep -E 'ray::|raylet|gcs_server|sglang' | grep -v grep >"$LOGS/left-after-$MODE.txt" || true
+  echo "processes left after smoke ($MODE): $(wc -l <"$LOGS/left-after-$MODE.txt")"
   ;;
-*) echo "slime_one_gpu.sh: MODE is template or smoke, not $MODE" >&2; exit 2 ;;
+*) echo "slime_one_gpu.sh: MODE is template, smoke or bad-hook, not $MODE" >&2; exit 2 ;;
 esac
