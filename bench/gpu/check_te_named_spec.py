@@ -20,6 +20,7 @@ back exactly (Qwen2.5: 26, Qwen3: 24); the H200 run that followed went through.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -29,41 +30,35 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 
-def slime_args(hf, config) -> argparse.Namespace:
+def slime_args(arch) -> argparse.Namespace:
     """The fields of slime's parsed arguments that its converters read."""
     return argparse.Namespace(
-        qk_layernorm=config.qk_layernorm, normalization="RMSNorm", vocab_size=hf.vocab_size,
-        padded_vocab_size=hf.vocab_size, hidden_size=hf.hidden_size, num_attention_heads=hf.num_attention_heads,
-        num_query_groups=hf.num_key_value_heads, kv_channels=config.kv_channels, num_layers=hf.num_hidden_layers,
+        qk_layernorm=arch.qk_norm, normalization="RMSNorm", vocab_size=arch.vocab_size,
+        padded_vocab_size=arch.vocab_size, hidden_size=arch.hidden_size, num_attention_heads=arch.num_attention_heads,
+        num_query_groups=arch.num_key_value_heads, kv_channels=arch.head_dim, num_layers=arch.num_layers,
         num_experts=None, q_lora_rank=None)
 
 
 def check(path: Path) -> dict:
     import torch
-    import torch.nn.functional as F
     from megatron.core import tensor_parallel
     from megatron.core.models.gpt import GPTModel
     from megatron.core.packed_seq_params import PackedSeqParams
-    from megatron.core.transformer.transformer_config import TransformerConfig
     from slime.backends.megatron_utils.hf_to_megatron import load_hf_weights
     from slime.backends.megatron_utils.megatron_to_hf import convert_to_hf
     from te_named_local_spec import te_named_local_spec
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    hf = AutoConfig.from_pretrained(path)
-    qwen3 = hf.model_type == "qwen3"
-    config = TransformerConfig(
-        num_layers=hf.num_hidden_layers, hidden_size=hf.hidden_size, num_attention_heads=hf.num_attention_heads,
-        num_query_groups=hf.num_key_value_heads, ffn_hidden_size=hf.intermediate_size,
-        kv_channels=getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads,
-        normalization="RMSNorm", layernorm_epsilon=hf.rms_norm_eps, gated_linear_unit=True, activation_func=F.silu,
-        add_bias_linear=False, add_qkv_bias=not qwen3, qk_layernorm=qwen3, use_cpu_initialization=True,
-        masked_softmax_fusion=False, bias_activation_fusion=False, apply_rope_fusion=False,
-        gradient_accumulation_fusion=False, persist_layer_norm=False, attention_dropout=0.0, hidden_dropout=0.0)
-    args = slime_args(hf, config)
-    model = GPTModel(config, te_named_local_spec(args, config), vocab_size=hf.vocab_size, max_sequence_length=128,
-                     position_embedding_type="rope", rotary_base=int(hf.rope_parameters["rope_theta"]),
-                     share_embeddings_and_output_weights=hf.tie_word_embeddings)
+    from slime_ref.backends.megatron.model import read_hf_architecture, transformer_config
+
+    arch = read_hf_architecture(path)
+    config = transformer_config(arch, argparse.Namespace(  # one rank, fp32, no dropout: an exact comparison
+        bf16=False, tensor_model_parallel_size=1, pipeline_model_parallel_size=1, hidden_dropout=0.0,
+        attention_dropout=0.0), use_gpu_fusions=False)
+    args = slime_args(arch)
+    model = GPTModel(config, te_named_local_spec(args, config), vocab_size=arch.vocab_size, max_sequence_length=128,
+                     position_embedding_type="rope", rotary_base=int(arch.rope.theta),
+                     share_embeddings_and_output_weights=arch.tie_word_embeddings)
     for p in model.parameters():  # as Megatron's get_model does
         tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(p)
 
@@ -90,12 +85,12 @@ def check(path: Path) -> dict:
     hf_state = reference.state_dict()
     exact, wrong = 0, []
     for name, param in wrapped.named_parameters():
-        for hf_name, tensor in convert_to_hf(args, hf.model_type, name, param.detach()):
+        for hf_name, tensor in convert_to_hf(args, arch.model_type, name, param.detach()):
             if hf_name in hf_state and torch.equal(tensor, hf_state[hf_name]):
                 exact += 1
             else:
                 wrong.append(hf_name)
-    return {"model_type": hf.model_type, "megatron_params": sum(1 for _ in model.parameters()),
+    return {"model_type": arch.model_type, "megatron_params": sum(1 for _ in model.parameters()),
             "packed_logits_max_abs_diff_vs_hf": (ours - theirs).abs().max().item(),
             "hf_tensors_back_exactly": exact, "hf_tensors_wrong": wrong}
 
@@ -124,8 +119,9 @@ def main() -> None:
     import megatron.core
 
     result = {"megatron": str(Path(megatron.core.__file__).parent), "shapes": {}}
-    with tempfile.TemporaryDirectory(prefix="te-spec-") as scratch:
-        workdir = a.workdir or Path(scratch)
+    scratch = contextlib.nullcontext(a.workdir) if a.workdir else tempfile.TemporaryDirectory(prefix="te-spec-")
+    with scratch as workdir:
+        workdir = Path(workdir)
         tiny = make_tiny(workdir / "tiny", seed=0)
         for shape in ("qwen2.5-0.5B", "qwen3-0.6B"):
             path = shaped_model.build(workdir / shape, shape, tiny.model_dir, small=True)
