@@ -80,7 +80,8 @@ smoke | bad-hook)
     extra="$EXTRA_ARGS --custom-rm-path no_such_module.reward"; more=(--rollouts 1 --timeout 240)
   fi
   set +e
-  PYTHONPATH=$MEGATRON_DIR slime-check smoke "$TEMPLATE" --with slime --slime-dir "$SLIME_DIR" --out "$WORK/$MODE" \
+  # Megatron-LM and the spec reach train.py through the template's runtime env (PYTHONPATH=$MEGATRON_DIR)
+  slime-check smoke "$TEMPLATE" --with slime --slime-dir "$SLIME_DIR" --out "$WORK/$MODE" \
     "${envs[@]}" --env "EXTRA_ARGS=$extra" "${more[@]}" --json >"$LOGS/$MODE.json" 2>"$LOGS/$MODE.err"
   echo "slime-check smoke ($MODE) exit $?"
   set -e
