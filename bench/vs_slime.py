@@ -177,7 +177,7 @@ def run_slime(name: str, argv: list[str], workdir: Path, slime_dir: Path, megatr
     try:
         with open(log, "wb") as f, h.ProcessTreeMemory(gpu=True) as memory:
             proc = subprocess.run([sys.executable, str(slime_dir / "train.py"), *argv], stdout=f,
-                                  stderr=subprocess.STDOUT, env={**env, "RAY_ADDRESS": head.address}, cwd=out,
+                                  stderr=subprocess.STDOUT, env={**env, **head.client_env}, cwd=out,
                                   timeout=timeout_s)
     finally:
         head.stop()

@@ -132,6 +132,8 @@ LOGS = {
                            "of the raylet failed to startup or the GCS has become overloaded.",
     "smoke.log.router_unreachable": "(RolloutManager pid=77) Max retries (60) reached, failing... "
                                     "(url=http://10.0.0.1:3000/generate)",
+    "smoke.log.ray_auth": "ray.exceptions.AuthenticationError: RPC error: InvalidAuthToken: Authentication token "
+                          "is missing or incorrect.",
 }
 
 
@@ -153,7 +155,8 @@ REAL_LOGS = Path(__file__).parent / "fixtures" / "slime_logs"
 
 @pytest.mark.parametrize(("log", "expected"), [("h200-numpy2", "smoke.log.numpy2"),
                                                ("h200-rope-fusion", "smoke.log.te_missing"),
-                                               ("h200-local-layer-names", "smoke.log.te_layer_names")])
+                                               ("h200-local-layer-names", "smoke.log.te_layer_names"),
+                                               ("h200-ray-auth-token", "smoke.log.ray_auth")])
 def test_a_real_slime_log_gives_exactly_the_failure_that_stopped_it(log, expected):
     text = gzip.decompress((REAL_LOGS / f"{log}.log.gz").read_bytes()).decode()
     assert [f.id for f in scan(text)] == [expected]
@@ -376,6 +379,42 @@ def test_with_slime_reads_rewards_and_truncation_from_slimes_log_lines(short_tmp
     assert run["rewards"] == [0.25, 0.5] and run["truncated_ratio"] == [1.0, 0.5]
     assert run["response_length"] == [32.0, 30.0]
     assert "smoke.run" in ids(report, "PASS") and "smoke.reward" not in ids(report, "WARN")
+
+
+def test_ray_auth_mode_is_decided_once_for_the_head_and_its_clients(tmp_path):
+    from slime_check.smoke import ray_auth_env
+
+    token = tmp_path / "auth_token"
+    assert ray_auth_env({"HOME": str(tmp_path)}) == {}
+    assert ray_auth_env({"HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"}) == {"RAY_AUTH_MODE": "disabled"}
+    token.write_text("0" * 64)
+    assert ray_auth_env({"HOME": str(tmp_path), "RAY_AUTH_TOKEN_PATH": str(token)}) == {"RAY_AUTH_MODE": "token"}
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("0" * 64)  # what any local ray.init() leaves behind
+    assert ray_auth_env({"HOME": str(tmp_path)}) == {"RAY_AUTH_MODE": "token"}
+
+
+@pytest.mark.slow
+def test_a_token_protected_smoke_head_is_joined_by_its_client(short_tmp):
+    """Ray turns on token auth for `ray start --head` when a token file exists; slime's train.py joins
+    by RAY_ADDRESS and must be given the mode too, or it is refused (seen on the H200)."""
+    from slime_check.smoke import start_ray_head
+
+    token = short_tmp / "auth_token"
+    token.write_text("a1" * 32)
+    env = {k: v for k, v in _env(RAY_AUTH_TOKEN_PATH=str(token), RAY_USAGE_STATS_ENABLED="0").items()
+           if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS", "RAY_AUTH_TOKEN")}
+    head = start_ray_head(short_tmp, env)
+    try:
+        assert head.client_env["RAY_AUTH_MODE"] == "token"
+        join = [sys.executable, "-c", "import ray; ray.init(); print('CPUS', ray.cluster_resources()['CPU'])"]
+        joined = subprocess.run(join, capture_output=True, text=True, timeout=120, env={**env, **head.client_env})
+        assert joined.returncode == 0 and "CPUS" in joined.stdout, joined.stderr[-2000:]
+        refused = subprocess.run(join, capture_output=True, text=True, timeout=120,
+                                 env={**env, "RAY_ADDRESS": head.address})
+        assert refused.returncode != 0 and "AuthenticationError" in refused.stderr
+    finally:
+        head.stop()
 
 
 def test_with_slime_timeout_stops_exactly_what_it_started(short_tmp, tiny):

@@ -31,6 +31,11 @@ def _sig(id_: str, pattern: str, finding: str, fix: str, doc: str, status: Statu
 
 # Most specific first: a CUDA-graph OOM is reported as such, not also as a generic OOM.
 SIGNATURES: list[Signature] = [
+    _sig("ray_auth", r"AuthenticationError: .*(InvalidAuthToken|token is missing or incorrect)",
+         "The job could not join its Ray cluster: the cluster wants a token and this process sent none "
+         "(Ray turns token auth on for `ray start --head` whenever ~/.ray/auth_token exists).",
+         "export RAY_AUTH_MODE=token (the token is read from ~/.ray/auth_token) for the job as for the head, "
+         "or start the head with RAY_AUTH_MODE=disabled.", USAGE),
     _sig("placement_group", r"Waiting for placement group of \d+ GPUs|cannot be scheduled right now: \{.*'GPU'",
          "The job waits for GPUs Ray does not have free (the placement group cannot be scheduled).",
          "Use --colocate, or make the GPU count cover actor + rollout GPUs; clear leftover jobs with `ray job stop`.",

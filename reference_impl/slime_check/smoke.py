@@ -970,7 +970,7 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     ray_head = None
     if opts.engine == "slime" and not env.get("RAY_ADDRESS"):
         ray_head = start_ray_head(out, env)
-        env["RAY_ADDRESS"] = ray_head.address
+        env.update(ray_head.client_env)
     launched = Launched(cmd, env, out / "smoke.log", cwd=str(opts.slime_dir) if opts.engine == "slime" else None,
                         echo=echo)
     try:
@@ -1016,10 +1016,12 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
 
 
 class RayHead:
-    """A Ray head of our own on free loopback ports, for the real slime run; stopped by its PIDs only."""
+    """A Ray head of our own on free loopback ports, for the real slime run; stopped by its PIDs only.
+    ``client_env`` is what a process needs to join it: RAY_ADDRESS, and RAY_AUTH_MODE when it has one."""
 
-    def __init__(self, launched: Launched, address: str):
+    def __init__(self, launched: Launched, address: str, auth: dict):
         self.launched, self.address = launched, address
+        self.client_env = {"RAY_ADDRESS": address, **auth}
 
     def stop(self):
         self.launched.stop(grace_s=10)
@@ -1037,6 +1039,21 @@ def _free_port() -> int:
             return port
 
 
+def ray_auth_env(env: dict) -> dict:
+    """The RAY_AUTH_MODE that a head and the processes joining it must share.
+
+    Ray >= 2.5x: ``ray start --head`` turns token authentication on by itself when a token file exists
+    (``ray.init()`` of any local cluster writes ``~/.ray/auth_token``), but a process joining by
+    ``RAY_ADDRESS=host:port`` loads the token only when RAY_AUTH_MODE=token, so slime's train.py would be
+    refused. The mode is therefore decided here, once, and given to both."""
+    if env.get("RAY_AUTH_MODE"):
+        return {"RAY_AUTH_MODE": env["RAY_AUTH_MODE"]}
+    token_path = env.get("RAY_AUTH_TOKEN_PATH") or str(Path(env.get("HOME", Path.home())) / ".ray" / "auth_token")
+    if env.get("RAY_AUTH_TOKEN") or Path(token_path).is_file():
+        return {"RAY_AUTH_MODE": "token"}
+    return {}
+
+
 def start_ray_head(out: Path, env: dict) -> RayHead:
     import socket
 
@@ -1049,7 +1066,8 @@ def start_ray_head(out: Path, env: dict) -> RayHead:
            "--disable-usage-stats"]
     if "RAY_TMPDIR" in env:
         cmd += ["--temp-dir", env["RAY_TMPDIR"]]
-    launched = Launched(cmd, env, out / "ray-head.log")
+    auth = ray_auth_env(env)
+    launched = Launched(cmd, {**env, **auth}, out / "ray-head.log")
     deadline = time.monotonic() + 90
     up = False
     while not up and time.monotonic() < deadline and launched.proc.poll() is None:  # GCS listening: the head is up
@@ -1063,7 +1081,7 @@ def start_ray_head(out: Path, env: dict) -> RayHead:
         launched.stop(grace_s=10)
         raise RunError(f"the Ray head for the smoke run did not start; see {out / 'ray-head.log'} "
                        "(or set RAY_ADDRESS to a cluster of yours)")
-    return RayHead(launched, f"127.0.0.1:{port}")
+    return RayHead(launched, f"127.0.0.1:{port}", auth)
 
 
 def render_report(findings: list[Finding], report: dict, console) -> None:
