@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from slime_ref.utils.tracking import METRICS_FILE, Tracker, read_metrics
+from slime_ref.utils.tracking import METRICS_FILE, PREVIOUS_METRICS_FILE, Tracker, read_metrics
 
 
 def _args(**kw):
@@ -34,6 +34,21 @@ def test_jsonl_records_and_torn_line(tmp_path):
     assert [r["rollout_id"] for r in records] == [0, 1, 2, 3, 4]
     assert records[3]["rollout/raw_reward"] == pytest.approx(0.3)
     assert records[0]["train/nan"] is None
+
+
+def test_a_new_run_starts_a_new_file_and_a_resumed_run_appends(tmp_path):
+    first = Tracker(_args(), tmp_path)
+    _log_run(first, n=3)
+    first.close()
+    again = Tracker(_args(), tmp_path)  # from rollout 0 again: the earlier run's rows move aside
+    _log_run(again, n=2)
+    again.close()
+    assert [r["rollout_id"] for r in read_metrics(tmp_path)] == [0, 1]
+    assert (tmp_path / PREVIOUS_METRICS_FILE).read_text().count("\n") == 3
+    resumed = Tracker(_args(), tmp_path, start_rollout_id=2)
+    resumed.log({"rollout/raw_reward": 1.0}, rollout_id=2)
+    resumed.close()
+    assert [r["rollout_id"] for r in read_metrics(tmp_path)] == [0, 1, 2]
 
 
 def test_tensorboard_event_file(tmp_path):

@@ -134,7 +134,7 @@ class Run:
                                     f"the actor's ({args.load}) at {self.start_rollout_id}; load a matching pair")
             if data_state is not None:
                 ray.get(self.rollout.load_data_state.remote(data_state))
-        self.tracker = Tracker(args, out)
+        self.tracker = Tracker(args, out, self.start_rollout_id)
         atomic_write_json(out / PROCESSES_FILE, self._process_ids())
         self.phase_seconds["setup"] += time.perf_counter() - start
         if self.progress is not None and hasattr(self.progress, "set_total"):

@@ -13,6 +13,7 @@ Flags (slime's names): ``--use-tensorboard``, ``--tb-project-name``, ``--tb-expe
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
+PREVIOUS_METRICS_FILE = "metrics.prev.jsonl"
+logger = logging.getLogger(__name__)
 
 
 def _plain(value: Any) -> Any:
@@ -46,10 +49,17 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
 class Tracker:
     """Fan a metrics dict out to every sink that is switched on."""
 
-    def __init__(self, args, run_dir: str | os.PathLike):
+    def __init__(self, args, run_dir: str | os.PathLike, start_rollout_id: int = 0):
+        """A resumed run (``start_rollout_id`` > 0) appends to the run directory's metrics.jsonl; a run
+        from rollout 0 starts a new one, and an earlier run's file is kept as metrics.prev.jsonl so
+        that two runs' curves never mix."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._jsonl = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")
+        path = self.run_dir / METRICS_FILE
+        if start_rollout_id == 0 and path.is_file() and path.stat().st_size:
+            os.replace(path, self.run_dir / PREVIOUS_METRICS_FILE)
+            logger.warning("%s held an earlier run's metrics; they are now in %s", path, PREVIOUS_METRICS_FILE)
+        self._jsonl = open(path, "a", encoding="utf-8")
         self._tb = None
         self._wandb = None
         if getattr(args, "use_tensorboard", False):
