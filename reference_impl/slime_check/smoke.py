@@ -1040,18 +1040,11 @@ def _free_port() -> int:
 
 
 def ray_auth_env(env: dict) -> dict:
-    """The RAY_AUTH_MODE that a head and the processes joining it must share.
+    """The RAY_AUTH_MODE that our head and slime's train.py, joining it by RAY_ADDRESS, must share."""
+    from slime_common.ray_auth import ray_auth_mode
 
-    Ray >= 2.5x: ``ray start --head`` turns token authentication on by itself when a token file exists
-    (``ray.init()`` of any local cluster writes ``~/.ray/auth_token``), but a process joining by
-    ``RAY_ADDRESS=host:port`` loads the token only when RAY_AUTH_MODE=token, so slime's train.py would be
-    refused. The mode is therefore decided here, once, and given to both."""
-    if env.get("RAY_AUTH_MODE"):
-        return {"RAY_AUTH_MODE": env["RAY_AUTH_MODE"]}
-    token_path = env.get("RAY_AUTH_TOKEN_PATH") or str(Path(env.get("HOME", Path.home())) / ".ray" / "auth_token")
-    if env.get("RAY_AUTH_TOKEN") or Path(token_path).is_file():
-        return {"RAY_AUTH_MODE": "token"}
-    return {}
+    mode = ray_auth_mode(env)
+    return {"RAY_AUTH_MODE": mode} if mode else {}
 
 
 def start_ray_head(out: Path, env: dict) -> RayHead:

@@ -13,7 +13,9 @@ __version__ = "0.1.0"
 if not _os.environ.get("RAY_ADDRESS"):
     _os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     _os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-elif _os.path.isfile(_os.environ.get("RAY_AUTH_TOKEN_PATH", _os.path.expanduser("~/.ray/auth_token"))):
-    # `ray start --head` turns on token authentication; Ray loads the token only for
-    # address="auto" unless told to, so a RAY_ADDRESS=host:port join would be refused.
-    _os.environ.setdefault("RAY_AUTH_MODE", "token")
+else:
+    # a RAY_ADDRESS=host:port join sends Ray's token only when told to (slime_common.ray_auth)
+    from slime_common.ray_auth import ray_auth_mode as _ray_auth_mode
+
+    if _mode := _ray_auth_mode(_os.environ):
+        _os.environ["RAY_AUTH_MODE"] = _mode
