@@ -209,7 +209,11 @@ class Run:
             if urls != self.args.rollout_engine_urls:
                 self.args.rollout_engine_urls = urls
                 atomic_write_json(Path(self.args.output_dir) / PROCESSES_FILE, self._process_ids())
-        metrics = self.actor.update_weights(self.args.rollout_engine_urls, self.weight_version)
+        try:
+            metrics = self.actor.update_weights(self.args.rollout_engine_urls, self.weight_version)
+        except RunError:  # an engine that died during the update: the watch's error names it and its log
+            ray.get(self.rollout.check_engines.remote())
+            raise
         if self.args.check_weight_update_equal:
             metrics["perf/weight_check_max_abs_diff"] = self.check_weights()
         self.phase_seconds["update_weights"] += time.perf_counter() - start

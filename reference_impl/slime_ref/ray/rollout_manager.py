@@ -240,6 +240,8 @@ class RolloutManager:
         try:
             yield
         except BaseException as e:
+            if isinstance(e, EngineError) and self.watch.failure is None:
+                self.watch.check_processes()  # the engine died before the watch's next round saw it
             if self.watch.failure is not None:
                 raise self.watch.failure from None
             if isinstance(e, EngineError):  # retried as slime retries, and still failing
@@ -259,8 +261,6 @@ class RolloutManager:
 
     def score(self, tokens: list[int], response_length: int) -> list[list[float]]:
         """Every engine's log-probs of the last ``response_length`` tokens of ``tokens`` (temperature 1)."""
-        from slime_ref.utils.async_loop import run
-
         async def one(url):
             out = await self._client(url).generate(tokens, {"max_new_tokens": 1, "temperature": 1.0},
                                                    logprob_start_len=len(tokens) - response_length)
@@ -271,7 +271,7 @@ class RolloutManager:
 
             return await asyncio.gather(*(one(u) for u in self.engine_urls))
 
-        return run(all_engines())
+        return self._call_engines(all_engines)
 
     # -- colocated offload ------------------------------------------------------------------------
 
@@ -286,15 +286,26 @@ class RolloutManager:
     def _memory(self, method: str) -> None:
         import asyncio
 
-        from slime_ref.utils.async_loop import run
-
         dead = self.watch.dead if self.watch is not None else set()
         live = [u for i, u in enumerate(self.engine_urls) if i not in dead]  # the dead restart at recover()
 
         async def call_all():
             await asyncio.gather(*(getattr(self._client(u), method)() for u in live))
 
-        run(call_all())
+        self._call_engines(call_all)
+
+    def _call_engines(self, calls):
+        """Run ``calls()`` (a coroutine function of engine requests). An engine request that fails
+        because its engine died ends the run with the watch's error, which names the engine, how it
+        ended and its log; the failed request itself only says that it could not connect."""
+        from slime_ref.rollout.sglang_client import EngineError
+        from slime_ref.utils.async_loop import run
+
+        try:
+            return run(calls())
+        except EngineError:
+            self.check_engines()
+            raise
 
     # -- data source state ------------------------------------------------------------------------
 
