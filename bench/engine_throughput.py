@@ -135,11 +135,13 @@ def bench_sglang(args) -> dict:
     flags = [
         *SGLANG_OFFLINE_GPU_FLAGS,
         *SGLANG_CUDA_GRAPH_FLAGS[not args.no_cuda_graph],
+        "--sglang-attention-backend", args.attention_backend,  # the later value wins
         "--sglang-skip-tokenizer-init",
     ]
     result = {"engine": "sglang", "model": "Qwen3-0.6B shape, random bf16 weights", "gpu": torch.cuda.get_device_name(),
               "concurrency": concurrency, "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
-              "cuda_graph_decode": not args.no_cuda_graph, "tokens_per_s": {}}
+              "cuda_graph_decode": not args.no_cuda_graph, "attention_backend": args.attention_backend,
+              "tokens_per_s": {}}
     start = time.perf_counter()
     with RolloutServers(model_dir, log_dir=work / "logs", engine="sglang", with_router=False,
                         sglang_flags=flags, startup_timeout_s=args.startup_timeout) as servers:
@@ -161,6 +163,8 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=None, help="tokens per request (builtin 64, sglang 128)")
     p.add_argument("--prompt-tokens", type=int, default=64, help="sglang: random prompt length")
     p.add_argument("--no-cuda-graph", action="store_true", help="sglang: run decode without CUDA graphs")
+    p.add_argument("--attention-backend", default="triton",
+                   help="sglang: attention backend (fa3 needs the pieces of gpu/make_fa3_pieces.sh)")
     p.add_argument("--startup-timeout", type=float, default=480.0, help="sglang: seconds to wait for the server")
     p.add_argument("--work-dir", default=None, help="where models and logs go (default: a temp dir)")
     args = p.parse_args()

@@ -21,6 +21,8 @@ def test_gpu_recipe_parses_colocated_on_real_sglang_with_forced_lengths(tiny, tm
     assert args.rollout_max_response_len == 512 and args.sglang_server_concurrency == 512
     assert args.sglang_extra["sglang_attention_backend"] == "triton"
     assert load_function(args.custom_generate_function_path, "x") is grpo_step.generate_ignore_eos
+    fa3 = parse_args(grpo_step.gpu_flags(tiny.model_dir, tiny.train_path, tmp_path, 4, attention_backend="fa3"))
+    assert fa3.sglang_extra["sglang_attention_backend"] == "fa3"  # --attention-backend reaches SGLang
 
 
 def test_vs_trl_recipe_parses(tiny, tmp_path):

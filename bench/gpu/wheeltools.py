@@ -3,11 +3,17 @@
     python wheeltools.py repack SRC.whl DST.whl GLOB...        copy a wheel without the members matching GLOB
     python wheeltools.py patch SRC.whl DST.whl STRIP PATCH...  copy a wheel with unified diffs applied to it
     python wheeltools.py group SRC_DIR OUT_DIR PREFIX MIB      pack SRC_DIR's files into OUT_DIR/PREFIX1, 2, ...
+    python wheeltools.py split FILE OUT_DIR PREFIX MIB         cut FILE into pieces, one per OUT_DIR/PREFIXn
+    python wheeltools.py join STORE                            rebuild the file whose pieces STORE holds
 
 Every wheel written keeps its name and version, and its RECORD lists exactly the files it holds with
 their true sha256 and size, so ``pip install`` and ``pip show -f`` describe what is really there.
 ``group`` fills folders of at most MIB MiB each (first fit, largest file first): one device call
-carries one folder.
+carries one folder. A file bigger than one call travels as ``split`` pieces: each folder holds one
+piece and the manifest ``NAME.pieces.json`` (sizes and sha256 of the pieces and of the whole file);
+on the GPU machine the pieces gather in one folder over back-to-back calls, and ``join`` checks every
+piece and the whole against the manifest before it writes the file (atomically, beside the pieces).
+Exit 2, naming what is wrong, when a piece is missing or damaged.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import csv
 import fnmatch
 import hashlib
 import io
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -112,6 +120,71 @@ def group(src: Path, out: Path, prefix: str, mib: int) -> None:
         print(f"{folder}: {len(g)} files, {sum(p.stat().st_size for p in g) / 2**20:.1f} MiB")
 
 
+MANIFEST_SUFFIX = ".pieces.json"
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def split(src: Path, out: Path, prefix: str, mib: int) -> None:
+    limit = mib * 2**20
+    manifest = {"name": src.name, "size": src.stat().st_size, "sha256": _sha256_file(src), "pieces": []}
+    count = max(1, -(-manifest["size"] // limit))
+    for old in out.glob(f"{prefix}[0-9]*"):
+        shutil.rmtree(old)
+    with open(src, "rb") as f:
+        for i in range(1, count + 1):
+            data = f.read(limit)
+            piece = f"{src.name}.part{i:03d}of{count:03d}"
+            folder = out / f"{prefix}{i}"
+            folder.mkdir(parents=True)
+            (folder / piece).write_bytes(data)
+            manifest["pieces"].append({"file": piece, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    text = json.dumps(manifest, indent=1)
+    for i in range(1, count + 1):
+        (out / f"{prefix}{i}" / (src.name + MANIFEST_SUFFIX)).write_text(text)
+    print(f"{src.name}: {count} pieces of at most {mib} MiB in {out}/{prefix}1..{count}")
+
+
+def join(store: Path) -> Path | None:
+    """Rebuild the file whose pieces ``store`` holds; None (and what is still missing) while incomplete."""
+    manifests = sorted(store.glob("*" + MANIFEST_SUFFIX))
+    if len(manifests) != 1:
+        _fail(f"{store}: expected one *{MANIFEST_SUFFIX} manifest, found {len(manifests)}; carry a folder split wrote")
+    manifest = json.loads(manifests[0].read_text())
+    missing = [i for i, p in enumerate(manifest["pieces"], 1) if not (store / p["file"]).is_file()]
+    if missing:
+        print(f"{store}: {len(manifest['pieces']) - len(missing)} of {len(manifest['pieces'])} pieces of "
+              f"{manifest['name']}; still to carry: {', '.join(map(str, missing))}")
+        return None
+    for p in manifest["pieces"]:
+        path = store / p["file"]
+        if path.stat().st_size != p["size"] or _sha256_file(path) != p["sha256"]:
+            _fail(f"{path}: damaged (size or sha256 differs from the manifest); carry that piece again")
+    dst = store / manifest["name"]
+    tmp = store / (manifest["name"] + ".partial")
+    with open(tmp, "wb") as out:
+        for p in manifest["pieces"]:
+            with open(store / p["file"], "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 24)
+    if _sha256_file(tmp) != manifest["sha256"]:
+        tmp.unlink()
+        _fail(f"{dst}: the joined file's sha256 differs from the manifest; split it again")
+    os.replace(tmp, dst)
+    print(f"{dst}: joined from {len(manifest['pieces'])} pieces, {manifest['size'] / 2**20:.1f} MiB, sha256 checked")
+    return dst
+
+
+def _fail(message: str) -> None:
+    print(f"wheeltools: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) >= 4 and argv[0] == "repack":
         repack(Path(argv[1]), Path(argv[2]), argv[3:])
@@ -119,6 +192,10 @@ def main(argv: list[str]) -> None:
         patch(Path(argv[1]), Path(argv[2]), int(argv[3]), [Path(p) for p in argv[4:]])
     elif len(argv) == 5 and argv[0] == "group":
         group(Path(argv[1]), Path(argv[2]), argv[3], int(argv[4]))
+    elif len(argv) == 5 and argv[0] == "split":
+        split(Path(argv[1]), Path(argv[2]), argv[3], int(argv[4]))
+    elif len(argv) == 2 and argv[0] == "join":
+        join(Path(argv[1]))
     else:
         sys.exit(__doc__)
 
