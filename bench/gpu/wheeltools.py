@@ -123,29 +123,24 @@ def group(src: Path, out: Path, prefix: str, mib: int) -> None:
 MANIFEST_SUFFIX = ".pieces.json"
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def split(src: Path, out: Path, prefix: str, mib: int) -> None:
     limit = mib * 2**20
-    manifest = {"name": src.name, "size": src.stat().st_size, "sha256": _sha256_file(src), "pieces": []}
-    count = max(1, -(-manifest["size"] // limit))
+    size = src.stat().st_size
+    count = max(1, -(-size // limit))
+    whole = hashlib.sha256()
+    pieces = []
     for old in out.glob(f"{prefix}[0-9]*"):
         shutil.rmtree(old)
-    with open(src, "rb") as f:
+    with open(src, "rb") as f:  # one pass: each piece and the whole file hashed as they are read
         for i in range(1, count + 1):
             data = f.read(limit)
+            whole.update(data)
             piece = f"{src.name}.part{i:03d}of{count:03d}"
             folder = out / f"{prefix}{i}"
             folder.mkdir(parents=True)
             (folder / piece).write_bytes(data)
-            manifest["pieces"].append({"file": piece, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-    text = json.dumps(manifest, indent=1)
+            pieces.append({"file": piece, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    text = json.dumps({"name": src.name, "size": size, "sha256": whole.hexdigest(), "pieces": pieces}, indent=1)
     for i in range(1, count + 1):
         (out / f"{prefix}{i}" / (src.name + MANIFEST_SUFFIX)).write_text(text)
     print(f"{src.name}: {count} pieces of at most {mib} MiB in {out}/{prefix}1..{count}")
@@ -162,17 +157,20 @@ def join(store: Path) -> Path | None:
         print(f"{store}: {len(manifest['pieces']) - len(missing)} of {len(manifest['pieces'])} pieces of "
               f"{manifest['name']}; still to carry: {', '.join(map(str, missing))}")
         return None
-    for p in manifest["pieces"]:
-        path = store / p["file"]
-        if path.stat().st_size != p["size"] or _sha256_file(path) != p["sha256"]:
-            _fail(f"{path}: damaged (size or sha256 differs from the manifest); carry that piece again")
     dst = store / manifest["name"]
     tmp = store / (manifest["name"] + ".partial")
-    with open(tmp, "wb") as out:
+    whole = hashlib.sha256()
+    with open(tmp, "wb") as out:  # one pass: each piece checked as it is appended
         for p in manifest["pieces"]:
-            with open(store / p["file"], "rb") as f:
-                shutil.copyfileobj(f, out, 1 << 24)
-    if _sha256_file(tmp) != manifest["sha256"]:
+            data = (store / p["file"]).read_bytes()
+            if len(data) != p["size"] or hashlib.sha256(data).hexdigest() != p["sha256"]:
+                out.close()
+                tmp.unlink()
+                _fail(f"{store / p['file']}: damaged (size or sha256 differs from the manifest); "
+                      "carry that piece again")
+            whole.update(data)
+            out.write(data)
+    if whole.hexdigest() != manifest["sha256"]:
         tmp.unlink()
         _fail(f"{dst}: the joined file's sha256 differs from the manifest; split it again")
     os.replace(tmp, dst)
