@@ -31,8 +31,8 @@ import torch
 
 from slime_ref.rollout.servers import (
     SGLANG_CUDA_GRAPH_FLAGS,
-    SGLANG_OFFLINE_GPU_FLAGS,
     RolloutServers,
+    sglang_offline_gpu_flags,
 )
 from slime_ref.rollout.sglang_client import SGLangClient
 
@@ -133,9 +133,8 @@ def bench_sglang(args) -> dict:
     prompts = [[rng.randrange(2, 30000) for _ in range(args.prompt_tokens)] for _ in range(concurrency)]
     # No tokenizer work: the random model's ids are not the tokenizer's.
     flags = [
-        *SGLANG_OFFLINE_GPU_FLAGS,
+        *sglang_offline_gpu_flags(args.attention_backend),
         *SGLANG_CUDA_GRAPH_FLAGS[not args.no_cuda_graph],
-        "--sglang-attention-backend", args.attention_backend,  # the later value wins
         "--sglang-skip-tokenizer-init",
     ]
     result = {"engine": "sglang", "model": "Qwen3-0.6B shape, random bf16 weights", "gpu": torch.cuda.get_device_name(),

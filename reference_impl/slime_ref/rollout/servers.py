@@ -46,12 +46,19 @@ _LAUNCHER_OWNED = {"model-path", "host", "port", "random-seed", "base-gpu-id", "
 _BUILTIN_FLAGS = {"context-length", "max-running-requests", "dtype", "weight-version", "skip-server-warmup"}
 _ROUTER_OWNED = {"host", "port", "worker-urls", "prometheus-port"}
 
-# Real SGLang 0.5.15.post1 flags known to start on an offline H200 with the slim wheel set
-# (bench/gpu/build_sglang_wheelset.sh): triton attention and torch sampling need no FA3 kernels.
-SGLANG_OFFLINE_GPU_FLAGS = [
-    "--sglang-mem-fraction-static", "0.3", "--sglang-attention-backend", "triton",
-    "--sglang-sampling-backend", "pytorch", "--sglang-grammar-backend", "none",
-]
+
+def sglang_offline_gpu_flags(attention_backend: str = "triton") -> list[str]:
+    """Real SGLang 0.5.15.post1 flags known to start on an offline H200 with the slim wheel set
+    (bench/gpu/build_sglang_wheelset.sh): triton attention and torch sampling need no FA3 kernels;
+    ``fa3`` needs the FA3 library of bench/gpu/make_fa3_pieces.sh."""
+    return [
+        "--sglang-mem-fraction-static", "0.3", "--sglang-attention-backend", attention_backend,
+        "--sglang-sampling-backend", "pytorch", "--sglang-grammar-backend", "none",
+    ]
+
+
+SGLANG_OFFLINE_GPU_FLAGS = sglang_offline_gpu_flags()
+
 # Decode with CUDA graphs (faster, ~30 s more start-up) or without any.
 SGLANG_CUDA_GRAPH_FLAGS = {
     True: ["--sglang-cuda-graph-backend-prefill", "disabled", "--sglang-cuda-graph-max-bs-decode", "256"],
