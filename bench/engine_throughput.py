@@ -5,11 +5,14 @@ at concurrency 1, 8 and 64 (every request ``--new-tokens`` long, ``ignore_eos``,
 rollouts ask), and HF ``generate`` with batch = concurrency on the same chat prompts and threads.
 
 GPU (``--engine sglang``): real SGLang 0.5.15.post1 serving a Qwen3-0.6B-shaped model with random
-bf16 weights (built locally, no download), tokens/s at concurrency 256 with and without
-``return_logprob``, then (SGLang stopped) HF ``generate`` batched at 256 on the same prompts.
+bf16 weights (built locally, no download), tokens/s at one concurrency (default 256, decode CUDA
+graphs up to it) with and without ``return_logprob``, then (SGLang stopped) HF ``generate`` batched
+at that concurrency on the same prompts.
 
     python bench/engine_throughput.py                      # CPU
     python bench/engine_throughput.py --engine sglang      # one CUDA GPU, SGLang installed
+    # a GRPO rollout's shape (grpo_step.py --gpu: 512 requests, 13-token prompts, 512 new tokens)
+    python bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 
 from slime_ref.rollout.servers import (
-    SGLANG_CUDA_GRAPH_FLAGS,
     RolloutServers,
+    sglang_cuda_graph_flags,
     sglang_offline_gpu_flags,
 )
 from slime_ref.rollout.sglang_client import SGLangClient
@@ -129,12 +132,12 @@ def bench_sglang(args) -> dict:
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="engine-bench-"))
     model_dir = build_qwen3_0_6b_shape(work / "qwen3-0.6b-shape")
     rng = random.Random(0)
-    concurrency = 256
+    concurrency = args.concurrency[0]
     prompts = [[rng.randrange(2, 30000) for _ in range(args.prompt_tokens)] for _ in range(concurrency)]
     # No tokenizer work: the random model's ids are not the tokenizer's.
     flags = [
         *sglang_offline_gpu_flags(args.attention_backend),
-        *SGLANG_CUDA_GRAPH_FLAGS[not args.no_cuda_graph],
+        *sglang_cuda_graph_flags(not args.no_cuda_graph, max_bs_decode=concurrency),
         "--sglang-skip-tokenizer-init",
     ]
     result = {"engine": "sglang", "model": "Qwen3-0.6B shape, random bf16 weights", "gpu": torch.cuda.get_device_name(),
@@ -149,6 +152,8 @@ def bench_sglang(args) -> dict:
         for name, logprob in (("return_logprob", True), ("no_logprob", False)):
             result["tokens_per_s"][name] = round(asyncio.run(
                 engine_rate(servers.url, prompts, args.new_tokens, logprob)), 1)
+    if args.skip_hf:
+        return result
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
     hf_rate(model, prompts[:2], 2, 0, "cuda")  # warm up
     result["hf_generate_tokens_per_s"] = round(hf_rate(model, prompts, args.new_tokens, 0, "cuda"), 1)
@@ -158,15 +163,23 @@ def bench_sglang(args) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--engine", choices=["builtin", "sglang"], default="builtin")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64], help="builtin: concurrency levels")
+    p.add_argument("--concurrency", type=int, nargs="+", default=None,
+                   help="builtin: concurrency levels (default 1 8 64); sglang: one level (default 256)")
     p.add_argument("--new-tokens", type=int, default=None, help="tokens per request (builtin 64, sglang 128)")
     p.add_argument("--prompt-tokens", type=int, default=64, help="sglang: random prompt length")
     p.add_argument("--no-cuda-graph", action="store_true", help="sglang: run decode without CUDA graphs")
     p.add_argument("--attention-backend", default="triton",
                    help="sglang: attention backend (fa3 needs the pieces of gpu/make_fa3_pieces.sh)")
+    p.add_argument("--skip-hf", action="store_true", help="sglang: leave out HF generate (saves GPU minutes)")
     p.add_argument("--startup-timeout", type=float, default=480.0, help="sglang: seconds to wait for the server")
     p.add_argument("--work-dir", default=None, help="where models and logs go (default: a temp dir)")
     args = p.parse_args()
+    if args.concurrency is None:
+        args.concurrency = [256] if args.engine == "sglang" else [1, 8, 64]
+    if min(args.concurrency) < 1:
+        p.error("--concurrency: every level must be at least 1")
+    if args.engine == "sglang" and len(args.concurrency) != 1:
+        p.error(f"--concurrency: --engine sglang takes one level, got {len(args.concurrency)}")
     if args.new_tokens is None:
         args.new_tokens = 128 if args.engine == "sglang" else 64
     result = bench_sglang(args) if args.engine == "sglang" else bench_builtin(args)

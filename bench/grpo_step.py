@@ -142,7 +142,7 @@ async def generate_ignore_eos(args, sample, sampling_params):
 
 def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_graph: bool = True,
               attention_backend: str = "triton") -> list[str]:
-    from slime_ref.rollout.servers import SGLANG_CUDA_GRAPH_FLAGS, sglang_offline_gpu_flags
+    from slime_ref.rollout.servers import sglang_cuda_graph_flags, sglang_offline_gpu_flags
 
     r = GPU_RECIPE
     return [
@@ -159,9 +159,8 @@ def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_grap
         "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(r["max_tokens_per_gpu"]),
         "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", "--colocate",
         "--rollout-engine", "sglang", *sglang_offline_gpu_flags(attention_backend),
-        *SGLANG_CUDA_GRAPH_FLAGS[cuda_graph],
         # decode graphs for every batch size up to all 512 requests at once (the default stops at 256)
-        *(["--sglang-cuda-graph-max-bs-decode", str(r["prompts"] * r["samples_per_prompt"])] if cuda_graph else []),
+        *sglang_cuda_graph_flags(cuda_graph, max_bs_decode=r["prompts"] * r["samples_per_prompt"]),
         "--output-dir", str(out),
     ]
 

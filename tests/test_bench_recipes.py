@@ -23,6 +23,20 @@ def test_gpu_recipe_parses_colocated_on_real_sglang_with_forced_lengths(tiny, tm
     assert load_function(args.custom_generate_function_path, "x") is grpo_step.generate_ignore_eos
     fa3 = parse_args(grpo_step.gpu_flags(tiny.model_dir, tiny.train_path, tmp_path, 4, attention_backend="fa3"))
     assert fa3.sglang_extra["sglang_attention_backend"] == "fa3"  # --attention-backend reaches SGLang
+    # decode graphs cover all 512 requests of one decode batch, given once (vs_slime hands slime the same flags)
+    argv = grpo_step.gpu_flags(tiny.model_dir, tiny.train_path, tmp_path, 4)
+    assert argv.count("--sglang-cuda-graph-max-bs-decode") == 1
+    assert args.sglang_extra["sglang_cuda_graph_max_bs_decode"] == "512"
+
+
+def test_engine_throughput_sglang_takes_one_concurrency_level():
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "engine_throughput.py"
+    proc = subprocess.run([sys.executable, str(bench), "--engine", "sglang", "--concurrency", "8", "64"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--concurrency: --engine sglang takes one level, got 2" in proc.stderr
 
 
 def test_vs_trl_recipe_parses(tiny, tmp_path):

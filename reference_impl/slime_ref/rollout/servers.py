@@ -59,11 +59,15 @@ def sglang_offline_gpu_flags(attention_backend: str = "triton") -> list[str]:
 
 SGLANG_OFFLINE_GPU_FLAGS = sglang_offline_gpu_flags()
 
-# Decode with CUDA graphs (faster, ~30 s more start-up) or without any.
-SGLANG_CUDA_GRAPH_FLAGS = {
-    True: ["--sglang-cuda-graph-backend-prefill", "disabled", "--sglang-cuda-graph-max-bs-decode", "256"],
-    False: ["--sglang-cuda-graph-backend-decode", "disabled", "--sglang-cuda-graph-backend-prefill", "disabled"],
-}
+def sglang_cuda_graph_flags(enabled: bool = True, max_bs_decode: int = 256) -> list[str]:
+    """Decode with CUDA graphs for every batch size up to ``max_bs_decode`` (faster, ~30 s more
+    start-up; a decode batch larger than it runs eagerly), or without any graphs."""
+    if not enabled:
+        return ["--sglang-cuda-graph-backend-decode", "disabled", "--sglang-cuda-graph-backend-prefill", "disabled"]
+    return ["--sglang-cuda-graph-backend-prefill", "disabled", "--sglang-cuda-graph-max-bs-decode", str(max_bs_decode)]
+
+
+SGLANG_CUDA_GRAPH_FLAGS = {True: sglang_cuda_graph_flags(True), False: sglang_cuda_graph_flags(False)}
 
 
 def passthrough_flags(values: Sequence[str] | Mapping[str, Any], prefix: str) -> list[str]:
