@@ -13,6 +13,9 @@ at that concurrency on the same prompts.
     python bench/engine_throughput.py --engine sglang      # one CUDA GPU, SGLang installed
     # a GRPO rollout's shape (grpo_step.py --gpu: 512 requests, 13-token prompts, 512 new tokens)
     python bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512
+    # ... and where a decode step's time goes: is the GPU busy, and with which kernels?
+    python bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512 \
+        --repeats 1 --profile-steps 40
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import asyncio
 import json
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -70,6 +74,54 @@ def hf_rate(model, prompts: list[list[int]], new_tokens: int, pad_id: int, devic
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
     return (out.shape[1] - width) * len(prompts) / elapsed
+
+
+async def profiled_round(url: str, prompts: list[list[int]], new_tokens: int, out_dir: Path, steps: int) -> Path:
+    """One more round under SGLang's torch profiler (``POST /start_profile``, CPU and GPU), for its
+    first ``steps`` forward passes: the prefill and the first decode steps. Returns the trace file."""
+    import aiohttp
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    body = {"output_dir": str(out_dir), "num_steps": steps, "activities": ["CPU", "GPU"]}
+    async with aiohttp.ClientSession() as session, session.post(f"{url}/start_profile", json=body) as reply:
+        if reply.status != 200:
+            raise SystemExit(f"engine_throughput: /start_profile answered HTTP {reply.status}: {await reply.text()}")
+    await engine_rate(url, prompts, new_tokens, True)
+    deadline = time.monotonic() + 120  # the scheduler writes the trace after its last profiled step
+    while time.monotonic() < deadline:
+        traces = sorted(out_dir.rglob("*.trace.json*"))
+        if traces and all(t.stat().st_size > 0 for t in traces):
+            return traces[-1]
+        await asyncio.sleep(1)
+    raise SystemExit(f"engine_throughput: no trace in {out_dir} 120 s after the profiled round")
+
+
+def gpu_busy_summary(trace_path: Path, top: int = 12) -> dict:
+    """From a torch-profiler chrome trace: how much of the profiled span the GPU spent running
+    kernels (the union of kernel intervals; memcpy and memset count as busy), and the kernels that
+    took the most time. A busy fraction well under 1 means the host, not the GPU, sets the pace."""
+    import gzip
+
+    opener = gzip.open if trace_path.suffix == ".gz" else open
+    with opener(trace_path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    if not gpu:
+        return {"trace": str(trace_path), "error": "no GPU events in the trace"}
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in gpu)
+    busy, end = 0.0, spans[0][0]
+    for start, stop in spans:
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    span = end - spans[0][0]
+    by_name: dict[str, float] = {}
+    for e in gpu:
+        by_name[e["name"]] = by_name.get(e["name"], 0.0) + float(e.get("dur", 0))
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+    return {"trace": str(trace_path), "span_ms": round(span / 1e3, 2), "gpu_busy_ms": round(busy / 1e3, 2),
+            "gpu_busy_fraction": round(busy / span, 3) if span else None,
+            "top_kernels_ms": {name[:120]: round(us / 1e3, 2) for name, us in ranked}}
 
 
 def bench_builtin(args) -> dict:
@@ -149,9 +201,18 @@ def bench_sglang(args) -> dict:
                         sglang_flags=flags, startup_timeout_s=args.startup_timeout) as servers:
         result["startup_s"] = round(time.perf_counter() - start, 1)
         asyncio.run(engine_rate(servers.url, prompts[:8], 8, True))  # warm up
+        # Each rate is the median of --repeats rounds in this process (every round listed): one
+        # round moves with the host, and a round's first requests still meet cold paths.
+        result["rounds_tokens_per_s"] = {}
         for name, logprob in (("return_logprob", True), ("no_logprob", False)):
-            result["tokens_per_s"][name] = round(asyncio.run(
-                engine_rate(servers.url, prompts, args.new_tokens, logprob)), 1)
+            rounds = [round(asyncio.run(engine_rate(servers.url, prompts, args.new_tokens, logprob)), 1)
+                      for _ in range(args.repeats)]
+            result["rounds_tokens_per_s"][name] = rounds
+            result["tokens_per_s"][name] = statistics.median(rounds)
+        if args.profile_steps:
+            trace = asyncio.run(profiled_round(servers.url, prompts, args.new_tokens, work / "profile",
+                                               args.profile_steps))
+            result["profile"] = {"steps": args.profile_steps, **gpu_busy_summary(trace)}
     if args.skip_hf:
         return result
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
@@ -170,6 +231,10 @@ def main() -> None:
     p.add_argument("--no-cuda-graph", action="store_true", help="sglang: run decode without CUDA graphs")
     p.add_argument("--attention-backend", default="triton",
                    help="sglang: attention backend (fa3 needs the pieces of gpu/make_fa3_pieces.sh)")
+    p.add_argument("--repeats", type=int, default=3, help="sglang: rounds per rate; the median is reported")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="sglang: after the rounds, profile one more round's first N forward passes (SGLang's "
+                        "torch profiler) and report how busy the GPU was and its top kernels")
     p.add_argument("--skip-hf", action="store_true", help="sglang: leave out HF generate (saves GPU minutes)")
     p.add_argument("--startup-timeout", type=float, default=480.0, help="sglang: seconds to wait for the server")
     p.add_argument("--work-dir", default=None, help="where models and logs go (default: a temp dir)")
@@ -178,6 +243,10 @@ def main() -> None:
         args.concurrency = [256] if args.engine == "sglang" else [1, 8, 64]
     if min(args.concurrency) < 1:
         p.error("--concurrency: every level must be at least 1")
+    if args.repeats < 1:
+        p.error(f"--repeats: must be at least 1, got {args.repeats}")
+    if args.profile_steps < 0:
+        p.error(f"--profile-steps: must be 0 (off) or more, got {args.profile_steps}")
     if args.engine == "sglang" and len(args.concurrency) != 1:
         p.error(f"--concurrency: --engine sglang takes one level, got {len(args.concurrency)}")
     if args.new_tokens is None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 from slime_ref.arguments import parse_args
 from slime_ref.utils.hooks import load_function
@@ -29,14 +32,41 @@ def test_gpu_recipe_parses_colocated_on_real_sglang_with_forced_lengths(tiny, tm
     assert args.sglang_extra["sglang_cuda_graph_max_bs_decode"] == "512"
 
 
-def test_engine_throughput_sglang_takes_one_concurrency_level():
+@pytest.mark.parametrize("argv, message", [
+    (["--concurrency", "8", "64"], "--concurrency: --engine sglang takes one level, got 2"),
+    (["--repeats", "0"], "--repeats: must be at least 1, got 0"),
+    (["--profile-steps", "-1"], "--profile-steps: must be 0 (off) or more, got -1"),
+])
+def test_engine_throughput_bad_sglang_flags_exit_2_naming_the_flag(argv, message):
     import subprocess
 
     bench = Path(__file__).resolve().parents[1] / "bench" / "engine_throughput.py"
-    proc = subprocess.run([sys.executable, str(bench), "--engine", "sglang", "--concurrency", "8", "64"],
+    proc = subprocess.run([sys.executable, str(bench), "--engine", "sglang", *argv],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "--concurrency: --engine sglang takes one level, got 2" in proc.stderr
+    assert message in proc.stderr
+
+
+def test_engine_profile_summary_counts_overlapping_kernels_once(tmp_path):
+    """The GPU's busy time is the union of kernel, memcpy and memset intervals; CPU ops do not count."""
+    import gzip
+
+    import engine_throughput
+
+    ms = 1000  # the trace's times are in microseconds
+    events = [{"ph": "X", "cat": "kernel", "name": "attn", "ts": 0, "dur": 10 * ms},
+              {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 5 * ms, "dur": 10 * ms},  # overlaps attn by 5
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD", "ts": 30 * ms, "dur": 4 * ms},
+              {"ph": "X", "cat": "kernel", "name": "attn", "ts": 36 * ms, "dur": 4 * ms},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 100 * ms}]
+    trace = tmp_path / "rank0.trace.json.gz"
+    with gzip.open(trace, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    summary = engine_throughput.gpu_busy_summary(trace)
+    # busy: [0, 15] + [30, 34] + [36, 40] = 23 ms of a 40 ms span
+    assert summary["span_ms"] == 40.0 and summary["gpu_busy_ms"] == 23.0
+    assert summary["gpu_busy_fraction"] == 0.575
+    assert summary["top_kernels_ms"] == {"attn": 14.0, "gemm": 10.0, "Memcpy DtoD": 4.0}
 
 
 def test_vs_trl_recipe_parses(tiny, tmp_path):
