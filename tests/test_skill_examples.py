@@ -201,16 +201,26 @@ def test_log_summary_flat_reward_and_empty_and_missing_logs(tmp_path):
 # ----------------------------------------------------------------------------- examples under slime-ref
 
 
+@pytest.fixture(scope="module")
+def warm_env(tiny, tmp_path_factory):
+    """The quick start's stage 1 (run-tiny-sft-warmup.sh), run once: every GRPO example starts from
+    its checkpoint (WARM, which they only read), each writing under an OUT of its own."""
+    out = tmp_path_factory.mktemp("warmup")
+    env = {**os.environ, "TINY": str(tiny.model_dir.parent), "OUT": str(out), "NUM_ROLLOUT": "2", "SFT_STEPS": "2"}
+    warmup = subprocess.run(["bash", str(REPO / "examples/run-tiny-sft-warmup.sh")], capture_output=True, text=True,
+                            timeout=900, env=env, cwd=out)
+    assert warmup.returncode == 0, warmup.stdout[-3000:] + warmup.stderr[-3000:]
+    assert (out / "sft" / "latest_checkpointed_iteration.txt").is_file(), "the warm-up saved no checkpoint"
+    return {**env, "WARM": str(out / "sft")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "script",
     ["run-tiny-grpo.sh", "run-tiny-grpo-realistic.sh", "run-tiny-custom-reward.sh", "run-tiny-multi-turn.sh"],
 )
-def test_examples_run_with_slime_ref(script, tiny, tmp_path):
-    env = {**os.environ, "TINY": str(tiny.model_dir.parent), "OUT": str(tmp_path), "NUM_ROLLOUT": "2", "SFT_STEPS": "2"}
-    warmup = subprocess.run(["bash", str(REPO / "examples/run-tiny-sft-warmup.sh")], capture_output=True, text=True,
-                            timeout=900, env=env, cwd=tmp_path)
-    assert warmup.returncode == 0, warmup.stdout[-3000:] + warmup.stderr[-3000:]
+def test_examples_run_with_slime_ref(script, warm_env, tmp_path):
+    env = {**warm_env, "OUT": str(tmp_path)}
     result = subprocess.run(["bash", str(REPO / "examples" / script)], capture_output=True, text=True, timeout=900,
                             env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
