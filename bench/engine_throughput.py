@@ -77,23 +77,28 @@ def hf_rate(model, prompts: list[list[int]], new_tokens: int, pad_id: int, devic
 
 
 async def profiled_round(url: str, prompts: list[list[int]], new_tokens: int, out_dir: Path, steps: int) -> Path:
-    """One more round under SGLang's torch profiler (``POST /start_profile``, CPU and GPU), for its
-    first ``steps`` forward passes: the prefill and the first decode steps. Returns the trace file."""
-    import aiohttp
+    """One more round under SGLang's torch profiler (CPU and GPU), for its first ``steps`` forward
+    passes: the prefill and the first decode steps. Returns the trace file it wrote."""
+    from slime_ref.rollout.sglang_client import EngineError
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    body = {"output_dir": str(out_dir), "num_steps": steps, "activities": ["CPU", "GPU"]}
-    async with aiohttp.ClientSession() as session, session.post(f"{url}/start_profile", json=body) as reply:
-        if reply.status != 200:
-            raise SystemExit(f"engine_throughput: /start_profile answered HTTP {reply.status}: {await reply.text()}")
+    earlier = set(out_dir.rglob("*.trace.json*"))  # a reused --work-dir may hold an earlier run's trace
+    try:
+        async with SGLangClient(url) as client:
+            await client.start_profile(str(out_dir), steps)
+    except EngineError as e:
+        raise SystemExit(f"engine_throughput: --profile-steps: {e}") from None
     await engine_rate(url, prompts, new_tokens, True)
     deadline = time.monotonic() + 120  # the scheduler writes the trace after its last profiled step
+    sizes: dict[Path, int] = {}
     while time.monotonic() < deadline:
-        traces = sorted(out_dir.rglob("*.trace.json*"))
-        if traces and all(t.stat().st_size > 0 for t in traces):
-            return traces[-1]
+        for trace in set(out_dir.rglob("*.trace.json*")) - earlier:
+            size = trace.stat().st_size
+            if size and sizes.get(trace) == size:  # the same size one poll apart: written out
+                return trace
+            sizes[trace] = size
         await asyncio.sleep(1)
-    raise SystemExit(f"engine_throughput: no trace in {out_dir} 120 s after the profiled round")
+    raise SystemExit(f"engine_throughput: --profile-steps: no trace in {out_dir} 120 s after the profiled round")
 
 
 def gpu_busy_summary(trace_path: Path, top: int = 12) -> dict:

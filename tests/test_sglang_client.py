@@ -120,6 +120,28 @@ def test_flush_cache_waits_out_in_flight_requests():
     assert next(answers, None) is None
 
 
+def test_start_profile_sends_sglangs_profile_request_once():
+    """SGLang's ProfileReq fields; a start that got no answer is not sent again (a second start
+    while the profiler runs is refused by SGLang)."""
+    bodies = []
+
+    async def handler(request):
+        bodies.append((request.path, await request.json()))
+        return web.Response(text="Start profiling.")
+
+    async def go():
+        url, runner = await serve(handler)
+        try:
+            async with SGLangClient(url) as c:
+                await c.start_profile("/tmp/profile", 40)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(go())
+    assert bodies == [("/start_profile", {"output_dir": "/tmp/profile", "num_steps": 40,
+                                          "activities": ["CPU", "GPU"]})]
+
+
 def test_a_client_belongs_to_one_event_loop():
     client = SGLangClient(f"http://127.0.0.1:{allocate_port()}", retries=0)
     asyncio.run(client.health())

@@ -34,6 +34,7 @@ CLIENT_CALLS = {
     "get_model_info": dict(),
     "get_server_info": dict(),
     "get_load": dict(),
+    "start_profile": dict(output_dir="/tmp/profile", num_steps=40, activities=("CPU", "GPU")),
     "release_memory_occupation": dict(tags=["kv_cache"]),
     "resume_memory_occupation": dict(tags=["kv_cache"]),
     "update_weights_from_disk": dict(model_path="/m", load_format="auto", weight_version="2", flush_cache=True),
@@ -86,6 +87,7 @@ def test_client_routes_methods_and_fields_exist_in_sglang(sglang):
         "/health_generate", "/model_info", "/server_info", "/get_load", "/release_memory_occupation",
         "/resume_memory_occupation", "/update_weights_from_disk", "/init_weights_update_group",
         "/destroy_weights_update_group", "/update_weights_from_distributed", "/update_weights_from_tensor",
+        "/start_profile",
     }
     for method, route, body in calls:
         assert route in sglang.routes, f"{route} is not a route of SGLang {SGLANG_VERSION}"

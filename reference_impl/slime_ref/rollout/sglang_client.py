@@ -258,6 +258,14 @@ class SGLangClient:
                     raise
             await asyncio.sleep(1.0)
 
+    async def start_profile(self, output_dir: str, num_steps: int,
+                            activities: tuple[str, ...] = ("CPU", "GPU")) -> None:
+        """POST /start_profile: SGLang's torch profiler over the next ``num_steps`` forward passes; the
+        scheduler writes the trace (``*.trace.json.gz``) into ``output_dir`` after the last one."""
+        await self._call("POST", "/start_profile",
+                         {"output_dir": output_dir, "num_steps": num_steps, "activities": list(activities)},
+                         read="text", resend_safe=False)
+
     # ------------------------------------------------------------------------------------------
     # health and info
 
