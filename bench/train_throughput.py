@@ -6,7 +6,12 @@ vocab 151936, tied embeddings, QK-norm) with random bf16 weights, written once a
 - ``ours``: ``MegatronActor.train`` with ``--loss-type sft_loss --bf16``: one optimizer step of
   BATCH packed sequences per call (varlen flash attention, compiled RMSNorm/RoPE/SwiGLU, chunked
   vocab log-probs, megatron's distributed optimizer with fp32 master weights, foreach gradient
-  clipping and torch's fused AdamW), the actor's real training path including packing.
+  clipping and torch's fused AdamW), the actor's real training path including packing, with
+  ``--cuda-graph-impl local --cuda-graph-scope full_iteration --cuda-graph-warmup-steps 1``: after
+  one eager step of a shape, its forward and backward replay from one CUDA graph
+  (``backends/megatron/step_graphs.py``); ``cuda_graph_steps`` counts eager, captured and replayed steps.
+- ``ours_no_cuda_graph``: the same without the CUDA graph flags. ``--profile`` times the phases of
+  eager steps, so profile this variant to see where an eager step's host time goes.
 - ``hf_sdpa``: ``Qwen3ForCausalLM(attn_implementation="sdpa")`` in bf16, loss from ``labels``,
   ``torch.optim.AdamW`` on the bf16 parameters (the baseline; on one H200, torch 2.11.0+cu130,
   megatron-core 0.16.1, 3 separate processes: ours / HF = 0.95-1.06x at 8x1024 and 1.01-1.03x at
@@ -32,9 +37,9 @@ debug mode, counted by Python stack), and a few facts that decide speed: which a
 which optimizer kernels, torch.compile's graph counts. ``--trace-dir`` also writes a Chrome trace of
 that step per variant and shape.
 
-    python bench/train_throughput.py                     # seq 1024 x batch 8 and 2048 x 4
+    python bench/train_throughput.py                     # 8 x 1024, 4 x 2048 and 2 x 4096
     python bench/train_throughput.py --variants ours,hf_sdpa,ours_compiled_layers
-    python bench/train_throughput.py --profile --out result.json --trace-dir traces
+    python bench/train_throughput.py --variants ours_no_cuda_graph,hf_sdpa --profile --trace-dir traces
 """
 
 from __future__ import annotations
@@ -377,7 +382,7 @@ def profile_step(step, instrument, name: str, opts) -> dict:
     return out
 
 
-OURS_VARIANTS = ("ours", "ours_compiled_layers", "ours_eager", "ours_stock_optimizer")
+OURS_VARIANTS = ("ours", "ours_no_cuda_graph", "ours_compiled_layers", "ours_eager", "ours_stock_optimizer")
 
 
 @contextmanager
@@ -433,11 +438,15 @@ def _bench_ours(model_dir: Path, shapes, warmup: int, steps: int, variant: str, 
 
     results = {}
     actor = None
+    counted: dict = {}
     for batch, seq in shapes:
         argv = ["--hf-checkpoint", str(model_dir), "--bf16", "--loss-type", "sft_loss", "--lr", "1e-5",
                 "--rollout-batch-size", str(batch), "--n-samples-per-prompt", "1", "--num-rollout", "1000",
                 "--global-batch-size", str(batch), "--micro-batch-size", str(batch),
                 "--attention-dropout", "0", "--hidden-dropout", "0", "--use-distributed-optimizer"]
+        if variant != "ours_no_cuda_graph":  # each shape's step replayed from a CUDA graph after one eager step
+            argv += ["--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration",
+                     "--cuda-graph-warmup-steps", "1"]
         args = validate_args(add_megatron_arguments(build_parser()).parse_args(argv))
         if actor is None:
             actor = MegatronActor(args, rank=0, world_size=1, master_port=free_port())
@@ -457,6 +466,10 @@ def _bench_ours(model_dir: Path, shapes, warmup: int, steps: int, variant: str, 
         seconds, peak = timed(step, warmup, steps)
         key = f"{batch}x{seq}"
         results[key] = {"step_s": seconds, "peak_gib": peak}
+        if actor.step_graphs is not None:  # this shape's steps: the counts are the actor's, over all shapes
+            counts = dict(actor.step_graphs.counts)
+            results[key]["cuda_graph_steps"] = {k: v - counted.get(k, 0) for k, v in counts.items()}
+            counted = counts
         progress(variant, key, batch * seq, seconds, peak)
         if opts.profile:
             results[key].update(
@@ -573,9 +586,10 @@ def summary_text(report: dict, profile: dict, top: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shapes", default="8x1024,4x2048", help="comma-separated BATCHxSEQ")
+    parser.add_argument("--shapes", default="8x1024,4x2048,2x4096", help="comma-separated BATCHxSEQ")
     parser.add_argument("--variants", default="ours,hf_sdpa",
-                        help="comma-separated: ours, hf_sdpa, ours_compiled_layers, ours_eager, ours_stock_optimizer")
+                        help="comma-separated: ours, hf_sdpa, ours_no_cuda_graph, ours_compiled_layers, ours_eager, "
+                             "ours_stock_optimizer")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--peak-tflops", type=float, default=790.0)
@@ -634,6 +648,8 @@ def main() -> None:
             row[variant] = {"tokens_per_s": round(batch * seq / s), "tflops": round(tflops, 1),
                             "mfu": round(tflops / a.peak_tflops, 4), "step_ms": round(s * 1000, 1),
                             "peak_gib": round(res[key]["peak_gib"], 1)}
+            if "cuda_graph_steps" in res[key]:
+                row[variant]["cuda_graph_steps"] = res[key]["cuda_graph_steps"]
             if a.profile:
                 profile.setdefault(variant, {})[key] = {k: res[key][k] for k in ("phases", "kernels", "sync_points")
                                                         if k in res[key]}

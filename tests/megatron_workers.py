@@ -471,3 +471,34 @@ def te_named_spec_worker(rank, world, port, spec_dir):
         return out
     finally:
         initialize.destroy()
+
+
+def step_graphs_worker(rank, world, port, model_dir):
+    """GRPO steps of one shape through --cuda-graph-impl local (learning rate 0, so every step sees
+    the same weights): eager, captured, replayed on other data of that shape, and the same data
+    eagerly for comparison; then a step of another shape."""
+    from slime_ref.backends.megatron.actor import MegatronActor
+
+    actor = MegatronActor(make_args(["--hf-checkpoint", model_dir, "--bf16", "--lr", "0", "--global-batch-size", "8",
+                                     "--micro-batch-size", "4", "--attention-dropout", "0", "--hidden-dropout", "0",
+                                     "--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration",
+                                     "--cuda-graph-warmup-steps", "1"]),
+                          rank=rank, world_size=world, master_port=port)
+    a = synthetic_batch(8, seed=0)
+    g = torch.Generator().manual_seed(7)
+    b = dict(a, tokens=[torch.randint(1, 100, (len(t),), generator=g).tolist() for t in a["tokens"]],
+             rewards=[float(x) for x in torch.randn(8, generator=g)])
+    b["raw_reward"] = list(b["rewards"])
+
+    def metrics(step):
+        return {k: v for k, v in step[0].items() if k.startswith("train/") and k not in ("train/step", "train/lr")}
+
+    graphs = actor.step_graphs
+    out = {"a_eager": metrics(actor.train(0, a)), "a_captured": metrics(actor.train(1, a)),
+           "b_replayed": metrics(actor.train(2, b)), "a_replayed": metrics(actor.train(3, a))}
+    actor.step_graphs = None
+    out["b_eager"] = metrics(actor.train(4, b))
+    actor.step_graphs = graphs
+    out["other_shape"] = metrics(actor.train(5, synthetic_batch(8, seed=1)))
+    out["counts"] = dict(graphs.counts)
+    return out

@@ -1,6 +1,8 @@
 """The Megatron backend on CUDA: fused kernels against their eager/reference forms, TP=2 vs TP=1, bf16 training
 with fused AdamW and its resume.
 
+and whole training steps replayed from CUDA graphs against the same steps run eagerly.
+
 Skipped without CUDA. The TP=2 test needs two GPUs.
 """
 
@@ -11,7 +13,15 @@ import math
 import pytest
 import torch
 
-from megatron_workers import adam_summary, make_args, parallel_worker, resume_worker, run_workers, synthetic_batch
+from megatron_workers import (
+    adam_summary,
+    make_args,
+    parallel_worker,
+    resume_worker,
+    run_workers,
+    step_graphs_worker,
+    synthetic_batch,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -147,3 +157,19 @@ def test_bf16_resume_restores_fused_adam_on_the_gpu(tiny, tmp_path):
     for rollout in (2, 3):
         for a, b in zip(resumed["losses"][rollout], whole["losses"][rollout]):
             assert abs(a - b) <= 5e-3 * abs(b), (rollout, a, b)
+
+
+def test_a_step_replayed_from_its_cuda_graph_equals_the_eager_step(tiny):
+    out = run_workers(step_graphs_worker, 1, model_dir=str(tiny.model_dir))[0]
+    # shape A: eager (warm-up), then eager on the graph's own buffers while it is captured; two
+    # replays (B, then A again); the eager reference of B bypasses the graphs; the other shape is eager
+    assert out["counts"] == {"eager": 2, "captured": 1, "replayed": 2}, out["counts"]
+    replayed, eager = out["b_replayed"], out["b_eager"]
+    assert set(replayed) == set(eager) and "train/pg_loss" in eager and "train/grad_norm" in eager
+    for key in eager:
+        assert math.isclose(replayed[key], eager[key], rel_tol=1e-3, abs_tol=1e-6), (key, replayed[key], eager[key])
+        assert math.isclose(out["a_replayed"][key], out["a_eager"][key], rel_tol=1e-3, abs_tol=1e-6), key
+    # the replay read B's tokens and rewards, not the buffers' A
+    assert abs(replayed["train/pg_loss"] - out["a_eager"]["train/pg_loss"]) > 1e-4
+    assert abs(replayed["train/grad_norm"] - out["a_eager"]["train/grad_norm"]) > 1e-4
+    assert all(math.isfinite(v) for v in out["other_shape"].values())

@@ -291,8 +291,21 @@ def test_flags_the_shared_parser_already_has_are_left_alone():
     assert parser.parse_args([]).lr == 0.5
 
 
-@pytest.mark.parametrize("argv, message", [(["--fp16"], "--fp16"), (["--sequence-parallel"], "--sequence-parallel"),
-                                           (["--use-dynamic-batch-size"], "--max-tokens-per-gpu")])
+_GRAPHS = ["--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration"]
+_NO_DROPOUT = ["--attention-dropout", "0", "--hidden-dropout", "0"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--fp16"], "--fp16"), (["--sequence-parallel"], "--sequence-parallel"),
+    (["--use-dynamic-batch-size"], "--max-tokens-per-gpu"),
+    (["--cuda-graph-impl", "transformer_engine"], "TransformerEngine.*--cuda-graph-scope full_iteration"),
+    (["--cuda-graph-impl", "local"] + _NO_DROPOUT, "pass --cuda-graph-scope full_iteration"),
+    (["--cuda-graph-impl", "local", "--cuda-graph-scope", "attn"] + _NO_DROPOUT, "--cuda-graph-scope full_iteration"),
+    (_GRAPHS, "--attention-dropout 0 --hidden-dropout 0"),
+    (_GRAPHS + _NO_DROPOUT + ["--tensor-model-parallel-size", "2"], "--tensor-model-parallel-size 1"),
+    (_GRAPHS + _NO_DROPOUT + ["--recompute-granularity", "full"], "--recompute-granularity"),
+    (_GRAPHS + _NO_DROPOUT + ["--cuda-graph-warmup-steps", "-1"], "--cuda-graph-warmup-steps"),
+])
 def test_unsupported_flag_values_are_refused(argv, message):
     parser = argparse.ArgumentParser()
     add_megatron_arguments(parser)
@@ -328,3 +341,61 @@ def test_dense_log_probs_under_tp2_equal_the_selected_rows_path_and_log_softmax(
     torch.testing.assert_close(ranks[0][True][0].double(), ref_log_prob, rtol=0, atol=2e-6)
     torch.testing.assert_close(ranks[1][True][1].double(), ref_entropy, rtol=0, atol=1e-5)
     assert ranks[1][True][2][:, 21:].abs().sum() == 0  # padding columns get no gradient
+
+
+def test_cuda_graph_flags_that_slime_ref_implements_pass(tmp_path):
+    parser = argparse.ArgumentParser()
+    add_megatron_arguments(parser)
+    args = parser.parse_args(_GRAPHS + _NO_DROPOUT + ["--cuda-graph-warmup-steps", "1"])
+    validate_megatron_args(args)
+    assert (args.cuda_graph_impl, args.cuda_graph_scope) == ("local", ["full_iteration"])
+    assert args.cuda_graph_warmup_steps == 1
+    assert parser.parse_args([]).cuda_graph_warmup_steps == 3  # megatron's default
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_cuda_graphs_on_cpu_are_refused_before_anything_starts(tiny):
+    from megatron_workers import make_args
+    from slime_ref.backends.megatron.actor import MegatronActor
+
+    args = make_args(["--hf-checkpoint", str(tiny.model_dir), "--global-batch-size", "8"] + _GRAPHS + _NO_DROPOUT)
+    with pytest.raises(UserError, match="needs a CUDA GPU; remove the CUDA graph flags"):
+        MegatronActor(args, rank=0, world_size=1, master_port=1)
+
+
+def _micro_batch(lengths, response_lengths, fields):
+    from slime_ref.backends.megatron.data import PackedMicroBatch
+
+    return PackedMicroBatch(sample_indices=list(range(len(lengths))), tokens=torch.zeros(1, sum(lengths)),
+                            packed=PackedSequence.from_lengths(lengths, "cpu"), total_lengths=lengths,
+                            response_lengths=response_lengths, fields=fields)
+
+
+def test_a_step_shape_holds_everything_a_captured_step_bakes_in():
+    from slime_ref.backends.megatron.data import StepSchedule
+    from slime_ref.backends.megatron.step_graphs import step_shape
+
+    def shape(lengths=(5, 7), responses=(2, 3), num_tokens=5, advantages=True, dtype=torch.float32):
+        fields = {"loss_masks": [torch.ones(r) for r in responses]}
+        fields["advantages"] = [torch.zeros(r, dtype=dtype) if advantages else None for r in responses]
+        mb = _micro_batch(list(lengths), list(responses), fields)
+        return step_shape([mb], StepSchedule([[0, 1]], num_samples=2, num_tokens=num_tokens))
+
+    assert shape() == shape()  # other values, same shape: one graph
+    for other in (shape(lengths=(7, 5)), shape(responses=(3, 2)), shape(num_tokens=4), shape(advantages=False),
+                  shape(dtype=torch.float64)):
+        assert other != shape()
+
+
+def test_index_tensors_are_built_once_per_list_while_kept():
+    from slime_ref.utils.index_cache import keep_indices
+
+    first = response_rows([5, 7], [2, 3])
+    assert response_rows([5, 7], [2, 3]) is not first  # outside keep_indices: built every call
+    store: dict = {}
+    with keep_indices(store):
+        kept = response_rows([5, 7], [2, 3])
+        assert response_rows([5, 7], [2, 3]) is kept
+        assert response_rows([5, 7], [3, 3]) is not kept
+    assert torch.equal(kept, first) and len(store) == 2
+    assert response_rows([5, 7], [2, 3]) is not kept

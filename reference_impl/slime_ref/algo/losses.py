@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import torch
 
 from slime_ref.algo.kl import compute_approx_kl
+from slime_ref.utils.index_cache import cached_index
 
 # ---------------------------------------------------------------------------------------------
 # Reduction
@@ -109,7 +110,8 @@ def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def _segment_ids(lengths: list[int], device=None) -> torch.Tensor:
     """[T] index of the sample each token belongs to."""
-    return torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
+    return cached_index(("segment_ids", tuple(lengths), str(device)), lambda: torch.repeat_interleave(
+        torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from slime_ref.backends.megatron.data import PackedMicroBatch, StepSchedule, pac
 from slime_ref.backends.megatron.layers import to_device
 from slime_ref.backends.megatron.logprobs import response_log_probs, response_rows
 from slime_ref.backends.megatron.model import build_model, read_hf_architecture, transformer_config
+from slime_ref.backends.megatron.step_graphs import StepGraphs
 from slime_ref.backends.megatron.weights import iter_hf_weight_buckets, load_hf_weights, save_hf_checkpoint, unwrap
 from slime_ref.errors import UserError
 from slime_ref.utils.hooks import load_function
@@ -116,6 +117,8 @@ class MegatronActor:
     def __init__(self, args, *, rank: int | None = None, world_size: int | None = None,
                  master_addr: str = "127.0.0.1", master_port: int | None = None, with_ref: bool | None = None):
         validate_megatron_args(args)
+        if getattr(args, "cuda_graph_impl", "none") == "local" and not torch.cuda.is_available():
+            raise UserError("--cuda-graph-impl local needs a CUDA GPU; remove the CUDA graph flags on CPU")
         self.args = args
         initialize.init_distributed(rank, world_size, master_addr, master_port,
                                     timeout_minutes=args.distributed_timeout_minutes)
@@ -139,6 +142,9 @@ class MegatronActor:
         self.device = next(self.model.parameters()).device
         self.weights = WeightsBackup(self.model)
         self.phase = profiler_scope  # the context each part of a step runs in (see the module docstring)
+        self.step_graphs = None  # --cuda-graph-impl local: the steps' forward-backward from CUDA graphs
+        if getattr(args, "cuda_graph_impl", "none") == "local":
+            self.step_graphs = StepGraphs(args.cuda_graph_warmup_steps)
 
         if with_ref is None:
             with_ref = args.use_kl_loss or args.kl_coef != 0
@@ -569,7 +575,10 @@ class MegatronActor:
         self.config.grad_scale_func = self.optimizer.scale_loss
         self.config.finalize_model_grads_func = finalize_model_grads
         mbs = self._pack(rollout, step, _LOSS_KEYS)
-        results = self._run_schedule(mbs, loss_fn, forward_only=False)
+        if self.step_graphs is None:
+            results = self._run_schedule(mbs, loss_fn, forward_only=False)
+        else:
+            results = self._run_graphed_schedule(mbs, step, loss_fn)
         # read the metrics before the optimizer runs: the read waits for the backward only (the
         # optimizer's gradient-norm read waits there anyway), and the optimizer's kernels then
         # overlap whatever the host does next instead of being waited for
@@ -585,6 +594,19 @@ class MegatronActor:
         metrics["train/grad_norm"] = float(grad_norm)
         metrics["train/lr"] = lr
         return metrics
+
+    def _run_graphed_schedule(self, micro_batches: list[PackedMicroBatch], step: StepSchedule, loss_fn) -> list[dict]:
+        """The step's forward-backward through ``step_graphs``; the gradient finalisation (the
+        data-parallel reduce) runs after it, outside the graph."""
+        finalize = self.config.finalize_model_grads_func
+        self.config.finalize_model_grads_func = None
+        try:
+            results = self.step_graphs.run(
+                micro_batches, step, lambda mbs: self._run_schedule(mbs, loss_fn, forward_only=False))
+        finally:
+            self.config.finalize_model_grads_func = finalize
+        finalize([self.model], None)
+        return results
 
     def _reduce_metrics(self, results: list[dict]) -> dict[str, float]:
         """Sum the micro-batch partials over micro-batches and DP ranks; share from the last PP stage."""

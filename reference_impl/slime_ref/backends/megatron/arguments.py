@@ -77,6 +77,15 @@ _MEGATRON_FLAGS: list[tuple[str, dict]] = [
     ("--no-load-rng", dict(action="store_true", help="Do not load RNG state.")),
     ("--ckpt-step", dict(type=int, default=None, help="Load this iteration instead of the latest.")),
     ("--distributed-timeout-minutes", dict(type=int, default=10, help="Collective timeout (slime default 10).")),
+    ("--cuda-graph-impl", dict(type=str, default="none", choices=["none", "local", "transformer_engine"],
+                               help="CUDA graphs for training: 'local' with --cuda-graph-scope full_iteration "
+                                    "replays each step shape's whole forward and backward from one graph, once "
+                                    "the shape has run --cuda-graph-warmup-steps times (a small model's step is "
+                                    "bound by kernel launches; a GPU is needed)")),
+    ("--cuda-graph-scope", dict(type=str, nargs="+", default=[],
+                                help="What a CUDA graph captures; slime-ref implements full_iteration.")),
+    ("--cuda-graph-warmup-steps", dict(type=int, default=3,
+                                       help="Eager steps of a step shape before its CUDA graph is captured.")),
 ]
 
 # slime flags that only the training backend reads (slime/utils/arguments.py defaults)
@@ -122,6 +131,30 @@ def validate_megatron_args(args) -> None:
         raise UserError("--loss-type custom_loss is not supported by slime-ref; use policy_loss or sft_loss")
     if args.use_dynamic_batch_size and not args.max_tokens_per_gpu:
         raise UserError("--use-dynamic-batch-size needs --max-tokens-per-gpu")
+    _validate_cuda_graph_args(args)
     for flag in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "micro_batch_size"):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be >= 1")
+
+
+def _validate_cuda_graph_args(args) -> None:
+    impl = getattr(args, "cuda_graph_impl", "none")
+    if impl == "none":
+        return
+    if impl == "transformer_engine":
+        raise UserError("--cuda-graph-impl transformer_engine needs TransformerEngine, which slime-ref does not use; "
+                        "use --cuda-graph-impl local --cuda-graph-scope full_iteration")
+    if list(args.cuda_graph_scope) != ["full_iteration"]:
+        raise UserError("--cuda-graph-impl local: slime-ref captures whole steps only; "
+                        "pass --cuda-graph-scope full_iteration")
+    if args.cuda_graph_warmup_steps < 0:
+        raise UserError("--cuda-graph-warmup-steps must be >= 0")
+    if args.tensor_model_parallel_size != 1 or args.pipeline_model_parallel_size != 1:
+        raise UserError("--cuda-graph-impl local needs --tensor-model-parallel-size 1 and "
+                        "--pipeline-model-parallel-size 1 (data parallelism only)")
+    if args.recompute_granularity:
+        raise UserError("--cuda-graph-impl local cannot capture recomputed activations; "
+                        "remove --recompute-granularity or the CUDA graph flags")
+    if args.attention_dropout or args.hidden_dropout:
+        raise UserError("--cuda-graph-impl local replays the same random numbers every step; "
+                        "pass --attention-dropout 0 --hidden-dropout 0")

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from slime_ref.backends.megatron.layers import cuda_compiled, to_device
+from slime_ref.utils.index_cache import cached_index
 
 # rows per chunk: rows * local_vocab * 4 bytes of fp32 scratch stays near this
 _CHUNK_BYTES = 512 * 1024**2
@@ -35,6 +36,11 @@ _CHUNK_BYTES = 512 * 1024**2
 
 def response_rows(total_lengths: list[int], response_lengths: list[int], device=None) -> torch.Tensor:
     """[sum R_i] indices of the packed logit rows that score each sample's response tokens."""
+    return cached_index(("response_rows", tuple(total_lengths), tuple(response_lengths), str(device)),
+                        lambda: _response_rows(total_lengths, response_lengths, device))
+
+
+def _response_rows(total_lengths: list[int], response_lengths: list[int], device) -> torch.Tensor:
     rows, offset = [], 0
     for total, response in zip(total_lengths, response_lengths, strict=True):
         end = offset + total
