@@ -16,6 +16,9 @@ at that concurrency on the same prompts.
     # ... and where a decode step's time goes: is the GPU busy, and with which kernels?
     python bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512 \
         --repeats 1 --profile-steps 40
+    # ... and where the host's time goes in SGLang's scheduler (Python stacks sampled every 2 ms)
+    python bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512 \
+        --repeats 1 --host-profile --skip-hf
 """
 
 from __future__ import annotations
@@ -99,6 +102,55 @@ async def profiled_round(url: str, prompts: list[list[int]], new_tokens: int, ou
             sizes[trace] = size
         await asyncio.sleep(1)
     raise SystemExit(f"engine_throughput: --profile-steps: no trace in {out_dir} 120 s after the profiled round")
+
+
+async def host_profiled_round(url: str, prompts: list[list[int]], new_tokens: int, sample_dir: Path) -> float:
+    """One more round with log-probs while every server process samples its Python stacks
+    (``pysample/sitecustomize.py``); returns the round's rate. The samples are written when it ends."""
+    on = sample_dir / "on"
+    on.touch()
+    try:
+        return await engine_rate(url, prompts, new_tokens, True)
+    finally:
+        on.unlink()
+
+
+def host_profile_summary(sample_dir: Path, wait_s: float = 30.0, top: int = 25) -> dict:
+    """The busiest sampled process (SGLang's scheduler, in a server): its samples per thread, and the
+    functions holding the most samples, by themselves (leaf) and with what they call (inclusive)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not list(sample_dir.glob("*.folded")):
+        time.sleep(0.5)
+    time.sleep(2)  # every process writes its file when "on" goes away; give the slower ones a moment
+    profiles = {}
+    for path in sample_dir.glob("*.folded"):
+        stacks = []
+        for line in path.read_text().splitlines():
+            stack, _, n = line.rpartition(" ")
+            stacks.append((stack.split(";"), int(n)))
+        profiles[path.stem] = stacks
+    if not profiles:
+        return {"error": f"no samples in {sample_dir}: did the server start with pysample on PYTHONPATH?"}
+
+    def busy(stacks):  # samples off the idle waits of a thread
+        return sum(n for frames, n in stacks if not frames[-1].endswith((":wait", ":select", ":poll", ":recv",
+                                                                         ":recv_pyobj", ":_recv", ":sleep")))
+
+    pid, stacks = max(profiles.items(), key=lambda kv: busy(kv[1]))
+    total = sum(n for _, n in stacks)
+    threads, leaf, inclusive = {}, {}, {}
+    for frames, n in stacks:
+        threads[frames[0]] = threads.get(frames[0], 0) + n
+        leaf[frames[-1]] = leaf.get(frames[-1], 0) + n
+        for name in set(frames[1:]):
+            inclusive[name] = inclusive.get(name, 0) + n
+
+    def share(d):
+        return {k: round(v / total, 3) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]}
+
+    return {"pid": pid, "samples": total, "sampled_processes": len(profiles), "threads": share(threads),
+            "leaf_share": share(leaf), "inclusive_share": share(inclusive),
+            "folded": str(sample_dir / f"{pid}.folded")}
 
 
 def gpu_busy_summary(trace_path: Path, top: int = 12) -> dict:
@@ -201,9 +253,18 @@ def bench_sglang(args) -> dict:
               "concurrency": concurrency, "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
               "cuda_graph_decode": not args.no_cuda_graph, "attention_backend": args.attention_backend,
               "tokens_per_s": {}}
+    env = {}
+    if args.host_profile:
+        sample_dir = work / "host-profile"
+        sample_dir.mkdir(parents=True, exist_ok=True)
+        for old in sample_dir.glob("*.folded"):  # a reused --work-dir's earlier samples
+            old.unlink()
+        sampler = Path(__file__).resolve().parent / "pysample"
+        env = {"SLIME_BENCH_PYSAMPLE_DIR": str(sample_dir),
+               "PYTHONPATH": os.pathsep.join([str(sampler), os.environ.get("PYTHONPATH", "")])}
     start = time.perf_counter()
     with RolloutServers(model_dir, log_dir=work / "logs", engine="sglang", with_router=False,
-                        sglang_flags=flags, startup_timeout_s=args.startup_timeout) as servers:
+                        sglang_flags=flags, startup_timeout_s=args.startup_timeout, env=env) as servers:
         result["startup_s"] = round(time.perf_counter() - start, 1)
         asyncio.run(engine_rate(servers.url, prompts[:8], 8, True))  # warm up
         # Each rate is the median of --repeats rounds in this process (every round listed): one
@@ -218,6 +279,9 @@ def bench_sglang(args) -> dict:
             trace = asyncio.run(profiled_round(servers.url, prompts, args.new_tokens, work / "profile",
                                                args.profile_steps))
             result["profile"] = {"steps": args.profile_steps, **gpu_busy_summary(trace)}
+        if args.host_profile:
+            rate = asyncio.run(host_profiled_round(servers.url, prompts, args.new_tokens, sample_dir))
+            result["host_profile"] = {"round_tokens_per_s": round(rate, 1), **host_profile_summary(sample_dir)}
     if args.skip_hf:
         return result
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
@@ -240,6 +304,10 @@ def main() -> None:
     p.add_argument("--profile-steps", type=int, default=0,
                    help="sglang: after the rounds, profile one more round's first N forward passes (SGLang's "
                         "torch profiler) and report how busy the GPU was and its top kernels")
+    p.add_argument("--host-profile", action="store_true",
+                   help="sglang: after the rounds, one more round (with log-probs) while the server's processes "
+                        "sample their Python stacks (pysample/); reports where the busiest one, the scheduler, "
+                        "spends its time")
     p.add_argument("--skip-hf", action="store_true", help="sglang: leave out HF generate (saves GPU minutes)")
     p.add_argument("--startup-timeout", type=float, default=480.0, help="sglang: seconds to wait for the server")
     p.add_argument("--work-dir", default=None, help="where models and logs go (default: a temp dir)")
