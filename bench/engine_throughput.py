@@ -16,15 +16,19 @@ at that concurrency on the same prompts.
     # ... and where a decode step's time goes: is the GPU busy, and with which kernels?
     python bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512 \
         --repeats 1 --profile-steps 40
-    # ... and where the host's time goes in SGLang's scheduler (Python stacks sampled every 2 ms)
+    # ... where the host's time goes in SGLang's scheduler (Python stacks sampled every 2 ms)
     python bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512 \
         --repeats 1 --host-profile --skip-hf
+    # ... and two servers sharing the GPU, 256 requests each (two scheduler processes)
+    python bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512 \
+        --engines 2 --skip-hf
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -50,12 +54,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shaped_model import QWEN3_0_6B_SHAPE  # noqa: E402
 
 
-async def engine_rate(url: str, prompts: list[list[int]], new_tokens: int, return_logprob: bool) -> float:
-    """Send all prompts at once; output tokens per second of wall time."""
+def without_flag(flags: list[str], name: str) -> list[str]:
+    """``flags`` without ``name`` and its value."""
+    out, skip = [], False
+    for f in flags:
+        if skip:
+            skip = False
+        elif f == name:
+            skip = True
+        else:
+            out.append(f)
+    return out
+
+
+async def engine_rate(url: str | list[str], prompts: list[list[int]], new_tokens: int, return_logprob: bool) -> float:
+    """Send all prompts at once (dealt round-robin over the engines of a list); output tokens per
+    second of wall time."""
+    from contextlib import AsyncExitStack
+
     params = {"temperature": 1.0, "max_new_tokens": new_tokens, "ignore_eos": True}
-    async with SGLangClient(url, max_connections=len(prompts) + 8) as client:
+    urls = [url] if isinstance(url, str) else url
+    async with AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(SGLangClient(u, max_connections=len(prompts) + 8)) for u in urls]
         start = time.perf_counter()
-        outs = await asyncio.gather(*[client.generate(p, params, return_logprob=return_logprob) for p in prompts])
+        outs = await asyncio.gather(*[clients[i % len(clients)].generate(p, params, return_logprob=return_logprob)
+                                      for i, p in enumerate(prompts)])
         elapsed = time.perf_counter() - start
     tokens = sum(len(o.output_ids) for o in outs)
     assert tokens == new_tokens * len(prompts), "every request must run to --new-tokens"
@@ -246,7 +269,7 @@ def bench_sglang(args) -> dict:
     # No tokenizer work: the random model's ids are not the tokenizer's.
     flags = [
         *sglang_offline_gpu_flags(args.attention_backend),
-        *sglang_cuda_graph_flags(not args.no_cuda_graph, max_bs_decode=concurrency),
+        *sglang_cuda_graph_flags(not args.no_cuda_graph, max_bs_decode=-(-concurrency // args.engines)),
         "--sglang-skip-tokenizer-init",
     ]
     result = {"engine": "sglang", "model": "Qwen3-0.6B shape, random bf16 weights", "gpu": torch.cuda.get_device_name(),
@@ -262,25 +285,37 @@ def bench_sglang(args) -> dict:
         sampler = Path(__file__).resolve().parent / "pysample"
         env = {"SLIME_BENCH_PYSAMPLE_DIR": str(sample_dir),
                "PYTHONPATH": os.pathsep.join([str(sampler), os.environ.get("PYTHONPATH", "")])}
+    if args.engines > 1:
+        result["engines_on_the_gpu"] = args.engines
     start = time.perf_counter()
-    with RolloutServers(model_dir, log_dir=work / "logs", engine="sglang", with_router=False,
-                        sglang_flags=flags, startup_timeout_s=args.startup_timeout, env=env) as servers:
+    with contextlib.ExitStack() as stack:
+        urls = []
+        for i in range(args.engines):
+            # engines on one GPU: SGLang's --mem-fraction-static bounds the GPU's whole use when a
+            # server starts (the ones before it included), so engine i gets (i + 1) / N of the budget
+            share = ["--sglang-mem-fraction-static", f"{args.mem_fraction * (i + 1) / args.engines:.4f}"]
+            flags = [*without_flag(flags, "--sglang-mem-fraction-static"), *share]
+            servers = stack.enter_context(RolloutServers(
+                model_dir, log_dir=work / "logs", engine="sglang", with_router=False, sglang_flags=flags,
+                startup_timeout_s=args.startup_timeout, env=env, log_name=f"engine{i}"))
+            urls.append(servers.url)
+        url = urls if len(urls) > 1 else urls[0]
         result["startup_s"] = round(time.perf_counter() - start, 1)
-        asyncio.run(engine_rate(servers.url, prompts[:8], 8, True))  # warm up
+        asyncio.run(engine_rate(url, prompts[:8], 8, True))  # warm up
         # Each rate is the median of --repeats rounds in this process (every round listed): one
         # round moves with the host, and a round's first requests still meet cold paths.
         result["rounds_tokens_per_s"] = {}
         for name, logprob in (("return_logprob", True), ("no_logprob", False)):
-            rounds = [round(asyncio.run(engine_rate(servers.url, prompts, args.new_tokens, logprob)), 1)
+            rounds = [round(asyncio.run(engine_rate(url, prompts, args.new_tokens, logprob)), 1)
                       for _ in range(args.repeats)]
             result["rounds_tokens_per_s"][name] = rounds
             result["tokens_per_s"][name] = statistics.median(rounds)
         if args.profile_steps:
-            trace = asyncio.run(profiled_round(servers.url, prompts, args.new_tokens, work / "profile",
+            trace = asyncio.run(profiled_round(url, prompts, args.new_tokens, work / "profile",
                                                args.profile_steps))
             result["profile"] = {"steps": args.profile_steps, **gpu_busy_summary(trace)}
         if args.host_profile:
-            rate = asyncio.run(host_profiled_round(servers.url, prompts, args.new_tokens, sample_dir))
+            rate = asyncio.run(host_profiled_round(url, prompts, args.new_tokens, sample_dir))
             result["host_profile"] = {"round_tokens_per_s": round(rate, 1), **host_profile_summary(sample_dir)}
     if args.skip_hf:
         return result
@@ -308,6 +343,11 @@ def main() -> None:
                    help="sglang: after the rounds, one more round (with log-probs) while the server's processes "
                         "sample their Python stacks (pysample/); reports where the busiest one, the scheduler, "
                         "spends its time")
+    p.add_argument("--engines", type=int, default=1,
+                   help="sglang: SGLang servers sharing the GPU, the prompts dealt round-robin over them (each "
+                        "has its own scheduler process, the host work of a decode step is split between them)")
+    p.add_argument("--mem-fraction", type=float, default=0.3,
+                   help="sglang: --mem-fraction-static of the one server, or of all of them together")
     p.add_argument("--skip-hf", action="store_true", help="sglang: leave out HF generate (saves GPU minutes)")
     p.add_argument("--startup-timeout", type=float, default=480.0, help="sglang: seconds to wait for the server")
     p.add_argument("--work-dir", default=None, help="where models and logs go (default: a temp dir)")
@@ -320,6 +360,10 @@ def main() -> None:
         p.error(f"--repeats: must be at least 1, got {args.repeats}")
     if args.profile_steps < 0:
         p.error(f"--profile-steps: must be 0 (off) or more, got {args.profile_steps}")
+    if args.engines < 1:
+        p.error(f"--engines: must be at least 1, got {args.engines}")
+    if args.engines > 1 and args.profile_steps:
+        p.error("--profile-steps profiles one server; leave out --engines")
     if args.engine == "sglang" and len(args.concurrency) != 1:
         p.error(f"--concurrency: --engine sglang takes one level, got {len(args.concurrency)}")
     if args.new_tokens is None:
