@@ -141,11 +141,10 @@ async def generate_ignore_eos(args, sample, sampling_params):
 
 
 def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_graph: bool = True,
-              attention_backend: str = "triton", engines_per_gpu: int = 1) -> list[str]:
+              attention_backend: str = "triton") -> list[str]:
     from slime_ref.rollout.servers import sglang_cuda_graph_flags, sglang_offline_gpu_flags
 
     r = GPU_RECIPE
-    requests_per_engine = -(-r["prompts"] * r["samples_per_prompt"] // engines_per_gpu)
     return [
         "--hf-checkpoint", str(model), "--prompt-data", str(prompts), "--input-key", "prompt", "--label-key", "label",
         "--apply-chat-template", "--rm-type", "math", "--num-rollout", str(num_rollout),
@@ -153,27 +152,25 @@ def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_grap
         "--global-batch-size", str(r["prompts"] * r["samples_per_prompt"]),
         "--rollout-max-response-len", str(r["new_tokens"]), "--rollout-temperature", "1.0",
         "--custom-generate-function-path", "grpo_step.generate_ignore_eos",
-        "--sglang-server-concurrency", str(requests_per_engine),
+        "--sglang-server-concurrency", str(r["prompts"] * r["samples_per_prompt"]),
         "--advantage-estimator", "grpo", "--eps-clip", "0.2", "--calculate-per-token-loss",
         "--optimizer", "adam", "--lr", str(r["lr"]), "--lr-decay-style", "constant", "--weight-decay", "0.0",
         "--clip-grad", "1.0", "--bf16", "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
         "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(r["max_tokens_per_gpu"]),
         "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", "--colocate",
         "--rollout-engine", "sglang", *sglang_offline_gpu_flags(attention_backend),
-        # decode graphs for every batch size up to all of an engine's requests at once (the default
-        # stops at 256)
-        *sglang_cuda_graph_flags(cuda_graph, max_bs_decode=requests_per_engine),
-        *(["--rollout-engines-per-gpu", str(engines_per_gpu)] if engines_per_gpu > 1 else []),
+        # decode graphs for every batch size up to all 512 requests at once (the default stops at 256)
+        *sglang_cuda_graph_flags(cuda_graph, max_bs_decode=r["prompts"] * r["samples_per_prompt"]),
         "--output-dir", str(out),
     ]
 
 
 def gpu_worker(kind: str, workdir: Path, steps: int, cuda_graph: bool = True,
-               attention_backend: str = "triton", engines_per_gpu: int = 1) -> dict:
+               attention_backend: str = "triton") -> dict:
     r = GPU_RECIPE
     model, prompts = workdir / "model", workdir / "prompts.jsonl"
     if kind == "ours":
-        flags = gpu_flags(model, prompts, workdir / "ours", steps, cuda_graph, attention_backend, engines_per_gpu)
+        flags = gpu_flags(model, prompts, workdir / "ours", steps, cuda_graph, attention_backend)
         run = h.run_ours(flags, memory=True, gpu=True)
         result = step_summary(run, r["prompts"] * r["samples_per_prompt"])
         result.update(setup_s=round(run["setup_s"], 1), wall_s=round(run["wall_s"], 1), memory=run["memory"],
@@ -209,7 +206,7 @@ def spawn(kind: str, workdir: Path, steps: int, timeout_s: float, extra: list[st
 
 
 def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_run: bool, cuda_graph: bool,
-            attention_backend: str = "triton", engines_per_gpu: int = 1) -> dict:
+            attention_backend: str = "triton") -> dict:
     import torch
 
     from slime_ref.arguments import parse_args
@@ -219,11 +216,11 @@ def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_
     model = build_model(workdir / "model", tiny.model_dir, small=dry_run)
     gpu_prompts(workdir, GPU_RECIPE["prompts"])
     args = parse_args(gpu_flags(model, workdir / "prompts.jsonl", workdir / "ours", steps, cuda_graph,
-                                attention_backend, engines_per_gpu))
+                                attention_backend))
     result = {"recipe": {**GPU_RECIPE, "model": "Qwen3-0.6B shapes, random bf16 weights" if not dry_run
                          else "dry run: 2 layers, hidden 64, Qwen3-0.6B's vocabulary",
                          "steps": steps, "trl_steps": trl_steps, "sglang_decode_cuda_graphs": cuda_graph,
-                         "sglang_attention_backend": attention_backend, "engines_per_gpu": engines_per_gpu},
+                         "sglang_attention_backend": attention_backend},
               "reference": TRL_GPU_REFERENCE}
     if dry_run:
         from slime_ref.utils.hooks import load_function
@@ -240,8 +237,7 @@ def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_
     if not torch.cuda.is_available():
         raise SystemExit("--gpu needs a CUDA device (or --dry-run)")
     result["gpu"] = torch.cuda.get_device_name()
-    extra = ["--attention-backend", attention_backend, "--engines-per-gpu", str(engines_per_gpu),
-             *([] if cuda_graph else ["--no-cuda-graph"])]
+    extra = ["--attention-backend", attention_backend, *([] if cuda_graph else ["--no-cuda-graph"])]
     for kind in trainers:
         result[kind] = spawn(kind, workdir, steps if kind == "ours" else trl_steps, timeout_s=3600, extra=extra)
     ours, trl = result.get("ours", {}), result.get("trl", {})
@@ -262,15 +258,13 @@ def main() -> None:
     p.add_argument("--no-cuda-graph", action="store_true", help="--gpu: SGLang without CUDA graphs (faster start)")
     p.add_argument("--attention-backend", default="triton",
                    help="--gpu: SGLang's attention backend (fa3 needs the pieces of gpu/make_fa3_pieces.sh)")
-    p.add_argument("--engines-per-gpu", type=int, default=1,
-                   help="--gpu: ours with --rollout-engines-per-gpu N (N SGLang servers share the GPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, default=None, help="where the run writes (default: a temp dir)")
     p.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
         result = gpu_worker(a.worker, a.workdir, a.num_rollout, cuda_graph=not a.no_cuda_graph,
-                            attention_backend=a.attention_backend, engines_per_gpu=a.engines_per_gpu)
+                            attention_backend=a.attention_backend)
         (a.workdir / f"{a.worker}.result.json").write_text(json.dumps(result))
         return
 
@@ -282,7 +276,7 @@ def main() -> None:
         trainers = [t.strip() for t in a.trainers.split(",") if t.strip()]
         out = {"bench": "grpo_step", "mode": "gpu",
                **run_gpu(workdir, a.num_rollout or 4, a.trl_steps, trainers, a.dry_run, not a.no_cuda_graph,
-                         a.attention_backend, a.engines_per_gpu)}
+                         a.attention_backend)}
     else:
         out = {"bench": "grpo_step", "mode": "cpu", **run_cpu(workdir, a.num_rollout or 20, a.seed)}
     import torch

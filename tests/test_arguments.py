@@ -96,12 +96,6 @@ RULES = [
     (["--advantage-estimator", "a2c"], "argument --advantage-estimator: invalid choice: 'a2c'"),
     (["--apply-chat-template-kwargs", "[1]"], "argument --apply-chat-template-kwargs: must be a JSON object"),
     (["--no-such-flag"], "unknown flag: --no-such-flag"),
-    (["--rollout-engines-per-gpu", "0"], "--rollout-engines-per-gpu must be >= 1"),
-    (["--rollout-engines-per-gpu", "2", "--colocate"], "engines-per-gpu 2 needs --sglang-mem-fraction-static"),
-    (["--rollout-engines-per-gpu", "2", "--colocate", "--sglang-mem-fraction-static", "0.3",
-      "--rollout-num-gpus-per-engine", "2", "--rollout-num-gpus", "2"], "needs --rollout-num-gpus-per-engine 1"),
-    (["--rollout-engines-per-gpu", "2", "--sglang-mem-fraction-static", "0.3"],
-     "NCCL cannot .* add --colocate or --update-weight-transport disk"),
 ]
 
 

@@ -65,19 +65,14 @@ def test_disaggregated_tp2_trainer_two_engines_distributed_sync(tiny, tmp_path):
 
 @pytest.mark.slow  # a real run: Ray, engines, router, Megatron
 def test_colocated_tensor_sync_and_disk_sync(tiny, tmp_path):
-    # colocated with two servers sharing the one rollout device (--rollout-engines-per-gpu): both
-    # behind the router, both sent the weights
     for extra, name in (
-        (["--colocate", "--rollout-engines-per-gpu", "2", "--sglang-mem-fraction-static", "0.3"], "colocated"),
+        (["--colocate"], "colocated"),
         (["--update-weight-transport", "disk", "--update-weight-disk-dir", str(tmp_path / "w")], "disk"),
     ):
         out = tmp_path / name
         assert_ok(run_train(grpo_flags(tiny, out, "--num-rollout", "2", "--actor-num-gpus-per-node", "1", *extra)))
         rollouts = [r for r in metrics(out) if "train/pg_loss" in r]
         assert len(rollouts) == 2 and all(r["perf/weight_check_max_abs_diff"] <= 1e-5 for r in rollouts)
-        if name == "colocated":
-            assert {"engine-0.log", "engine-1.log"} <= {p.name for p in (out / "logs").iterdir()}
-            assert len(json.loads((out / "processes.json").read_text())["engines"]) == 2
 
 
 @pytest.mark.slow  # two real runs: Ray, engines, router, Megatron

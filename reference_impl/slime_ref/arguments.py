@@ -228,11 +228,6 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
                        help="GPUs for the engines (with --colocate: default the actor's GPU count).")
     group.add_argument("--rollout-num-gpus-per-engine", type=int, default=1,
                        help="GPUs per engine (its tensor-parallel size).")
-    group.add_argument("--rollout-engines-per-gpu", type=int, default=1,
-                       help="slime-ref only: SGLang servers sharing each rollout GPU, each with its own "
-                            "scheduler process (a small model's decode is bound by one scheduler's host time); "
-                            "--sglang-mem-fraction-static is the GPU's share for all of them together. Needs "
-                            "--rollout-num-gpus-per-engine 1.")
     group.add_argument("--num-gpus-per-node", type=int, default=8,
                        help="GPUs per node for rollout; set it when a node has fewer than 8.")
     group.add_argument("--colocate", action="store_true", default=False,
@@ -598,22 +593,6 @@ def _flag(attr: str) -> str:
     return "--" + attr.replace("_", "-")
 
 
-def _validate_engines_per_gpu(args) -> None:
-    k = args.rollout_engines_per_gpu
-    if k < 1:
-        raise UserError(f"--rollout-engines-per-gpu must be >= 1, got {k}")
-    if k == 1:
-        return
-    if args.rollout_num_gpus_per_engine != 1:
-        raise UserError(f"--rollout-engines-per-gpu {k} needs --rollout-num-gpus-per-engine 1")
-    if "sglang_mem_fraction_static" not in (getattr(args, "sglang_extra", None) or {}):
-        raise UserError(f"--rollout-engines-per-gpu {k} needs --sglang-mem-fraction-static: the GPU's share for "
-                        f"all {k} servers together")
-    if not args.colocate and args.update_weight_transport != "disk":
-        raise UserError(f"--rollout-engines-per-gpu {k}: NCCL cannot hold two servers of one GPU in one "
-                        "weight-update group; add --colocate or --update-weight-transport disk")
-
-
 def validate_args(args: argparse.Namespace) -> argparse.Namespace:
     """Check the rules between flags and fill derived defaults, in place; returns ``args``."""
     for attr in ("rollout_batch_size", "n_samples_per_prompt", "micro_batch_size", "global_batch_size",
@@ -766,7 +745,6 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
     if args.rollout_num_gpus % args.rollout_num_gpus_per_engine:
         raise UserError(f"--rollout-num-gpus {args.rollout_num_gpus} is not a multiple of "
                         f"--rollout-num-gpus-per-engine {args.rollout_num_gpus_per_engine}")
-    _validate_engines_per_gpu(args)
     if (args.sglang_router_ip is None) != (args.sglang_router_port is None):
         raise UserError("give both --sglang-router-ip and --sglang-router-port (an existing router), or neither")
 

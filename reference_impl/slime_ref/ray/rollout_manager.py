@@ -49,7 +49,6 @@ class EngineActor:
     def __init__(self, args, index: int, log_dir: str):
         self.args, self.index, self.log_dir = args, index, log_dir
         self.servers = None
-        self.started = False
 
     def start(self) -> str:
         from slime_ref.rollout.servers import RolloutServers
@@ -60,23 +59,13 @@ class EngineActor:
         env = {}
         if engine == "sglang":
             env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-        flags = sglang_passthrough(args)
-        k = getattr(args, "rollout_engines_per_gpu", 1)
-        if k > 1:
-            # SGLang's --mem-fraction-static bounds the whole GPU's use when a server starts (the
-            # servers started before it included): the j-th server of a GPU takes (j + 1) / k of it;
-            # a restarted one (--use-fault-tolerance) starts after all the others, so it takes all
-            j = k - 1 if self.started else self.index % k
-            total = float(flags["sglang_mem_fraction_static"])
-            flags["sglang_mem_fraction_static"] = f"{total * (j + 1) / k:.4f}"
-        self.started = True
         self.servers = RolloutServers(
             args.hf_checkpoint,
             log_dir=self.log_dir,
             num_engines=1,
             engine=engine,
             host=node_address(),
-            sglang_flags=flags,
+            sglang_flags=sglang_passthrough(args),
             with_router=False,
             random_seed=args.seed + self.index,
             gpus_per_engine=args.rollout_num_gpus_per_engine,
@@ -140,25 +129,18 @@ class RolloutManager:
 
         args = self.args
         per_engine = args.rollout_num_gpus_per_engine
-        per_gpu = getattr(args, "rollout_engines_per_gpu", 1)  # engines i*k .. i*k+k-1 share GPU i
-        num_engines = args.rollout_num_gpus // per_engine * per_gpu
+        num_engines = args.rollout_num_gpus // per_engine
         remote_cls = ray.remote(EngineActor)
-        resources = placement.bundle_resources(ENGINE_ACTOR_SHARE / per_gpu)
+        resources = placement.bundle_resources(ENGINE_ACTOR_SHARE)
         env_vars = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"} if per_engine > 1 else {}
         for i in range(num_engines):
             actor = remote_cls.options(
                 **resources,
-                scheduling_strategy=scheduling(placement, placement.rollout_bundles[i // per_gpu * per_engine]),
+                scheduling_strategy=scheduling(placement, placement.rollout_bundles[i * per_engine]),
                 runtime_env={"env_vars": env_vars},
             ).remote(args, i, self.log_dir)
             self.engines.append(actor)
-        # the servers of one GPU start one after another: each sizes its memory from what the
-        # ones before it left free
-        self.engine_urls = [""] * num_engines
-        for j in range(per_gpu):
-            wave = list(range(j, num_engines, per_gpu))
-            for i, url in zip(wave, ray.get([self.engines[i].start.remote() for i in wave], timeout=1200)):
-                self.engine_urls[i] = url
+        self.engine_urls = ray.get([e.start.remote() for e in self.engines], timeout=1200)
         if args.sglang_router_ip is None:
             self.router = start_router(self.engine_urls, log_dir=self.log_dir, tokenizer_path=args.hf_checkpoint,
                                        policy=args.router_policy, host=self._host())
