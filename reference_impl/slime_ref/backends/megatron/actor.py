@@ -31,6 +31,7 @@ time the parts.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from contextlib import contextmanager
@@ -133,18 +134,22 @@ class MegatronActor:
             self.config.recompute_num_layers = args.recompute_num_layers
         self.dp_size = ps.get_data_parallel_world_size()
         self.role = getattr(args, "role", "actor")
-        self.model = self._wrap_ddp(
-            build_model(self.arch, self.config, pre_process=ps.is_pipeline_first_stage(),
-                        post_process=ps.is_pipeline_last_stage(), value_head=self.role == "critic")
-        )
+        # --cuda-graph-impl local: the steps' forward-backward from CUDA graphs, on a stream of
+        # their own that the DDP wrapper is built on as well (step_graphs.py says why)
+        graphs = getattr(args, "cuda_graph_impl", "none") == "local"
+        self.step_graphs = StepGraphs(args.cuda_graph_warmup_steps) if graphs else None
+        with torch.cuda.stream(self.step_graphs.stream) if graphs else contextlib.nullcontext():
+            self.model = self._wrap_ddp(
+                build_model(self.arch, self.config, pre_process=ps.is_pipeline_first_stage(),
+                            post_process=ps.is_pipeline_last_stage(), value_head=self.role == "critic")
+            )
+        if graphs:
+            torch.cuda.current_stream().wait_stream(self.step_graphs.stream)
         self.optimizer = self._build_optimizer()
         self.scheduler = self._build_scheduler()
         self.device = next(self.model.parameters()).device
         self.weights = WeightsBackup(self.model)
         self.phase = profiler_scope  # the context each part of a step runs in (see the module docstring)
-        self.step_graphs = None  # --cuda-graph-impl local: the steps' forward-backward from CUDA graphs
-        if getattr(args, "cuda_graph_impl", "none") == "local":
-            self.step_graphs = StepGraphs(args.cuda_graph_warmup_steps)
 
         if with_ref is None:
             with_ref = args.use_kl_loss or args.kl_coef != 0

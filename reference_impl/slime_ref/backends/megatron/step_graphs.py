@@ -17,19 +17,21 @@ gradient all-reduce of data parallelism (``finalize_model_grads``), the metrics 
 optimizer. Inside, nothing may wait on the device or copy from the host: the index tensors the
 forward and the loss build from Python lists (``slime_ref.utils.index_cache``) are built during an
 eager run of the graph's own inputs just before the capture and kept with the graph.
+
+Every step, eager or replayed, runs on one side stream, ``StepGraphs.stream``, and the actor builds
+its DDP wrapper on it too: autograd's gradient-accumulation nodes keep the stream they were made on
+(Megatron's DDP holds them from the start), and a backward whose accumulation nodes sit on another
+stream than the capture would make the capture wait on that stream, which a capture may not do.
 """
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 
 import torch
 
 from slime_ref.backends.megatron.data import PackedMicroBatch, StepSchedule
 from slime_ref.utils.index_cache import keep_indices
-
-logger = logging.getLogger(__name__)
 
 
 def step_shape(micro_batches: list[PackedMicroBatch], step: StepSchedule) -> tuple:
@@ -85,13 +87,21 @@ class StepGraphs:
     def __init__(self, warmup_steps: int, max_graphs: int = 8):
         self.warmup_steps = warmup_steps
         self.max_graphs = max_graphs
+        self.stream = torch.cuda.Stream()  # see the module docstring
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: OrderedDict[tuple, _CapturedStep] = OrderedDict()
         self.eager_runs: dict[tuple, int] = {}
-        self.failed: set[tuple] = set()
         self.counts = {"eager": 0, "captured": 0, "replayed": 0}
 
     def run(self, micro_batches: list[PackedMicroBatch], step: StepSchedule, forward_backward):
+        caller = torch.cuda.current_stream()
+        self.stream.wait_stream(caller)  # the inputs and the zeroed gradients are ready
+        with torch.cuda.stream(self.stream):
+            results = self._run(micro_batches, step, forward_backward)
+        caller.wait_stream(self.stream)  # the gradients and metrics are ready for the optimizer
+        return results
+
+    def _run(self, micro_batches: list[PackedMicroBatch], step: StepSchedule, forward_backward):
         key = step_shape(micro_batches, step)
         captured = self.graphs.get(key)
         if captured is not None:
@@ -99,11 +109,10 @@ class StepGraphs:
             self.counts["replayed"] += 1
             return captured.replay(micro_batches)
         runs = self.eager_runs.get(key, 0)
-        if key in self.failed or runs < self.warmup_steps:
-            if key not in self.failed:
-                if len(self.eager_runs) >= 4096:  # a run whose shapes never repeat: forget, don't grow
-                    self.eager_runs.clear()
-                self.eager_runs[key] = runs + 1
+        if runs < self.warmup_steps:
+            if len(self.eager_runs) >= 4096:  # a run whose shapes never repeat: forget, don't grow
+                self.eager_runs.clear()
+            self.eager_runs[key] = runs + 1
             self.counts["eager"] += 1
             return forward_backward(micro_batches)
         return self._capture(key, micro_batches, forward_backward)
@@ -112,21 +121,20 @@ class StepGraphs:
         """Run this step eagerly on fresh input buffers (its real result), then record it on them."""
         static = [_static_copy(mb) for mb in micro_batches]
         indices: dict = {}
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), keep_indices(indices):
+        with keep_indices(indices):
             results = forward_backward(static)
-        torch.cuda.current_stream().wait_stream(side)
         # a capture records kernels without running them: the gradients stay the eager run's
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"), keep_indices(indices):
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"), \
+                    keep_indices(indices):
                 graph_results = forward_backward(static)
         except RuntimeError as e:
-            self.failed.add(key)
-            logger.warning("CUDA graph capture of a training step failed; steps of this shape run eagerly (%s)",
-                           str(e).splitlines()[0] if str(e) else type(e).__name__)
-            return results
+            # a failed capture leaves CUDA's and the allocator's capture state behind: this process
+            # cannot go on reliably, so stop with what failed rather than limp on eagerly
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise RuntimeError(f"--cuda-graph-impl local: capturing a training step failed ({first}); "
+                               "run without the CUDA graph flags") from e
         self.graphs[key] = _CapturedStep(graph, static, graph_results, indices)
         self.counts["captured"] += 1
         while len(self.graphs) > self.max_graphs:
