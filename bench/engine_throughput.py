@@ -140,7 +140,8 @@ async def host_profiled_round(url: str, prompts: list[list[int]], new_tokens: in
 
 def host_profile_summary(sample_dir: Path, wait_s: float = 30.0, top: int = 25) -> dict:
     """The busiest sampled process (SGLang's scheduler, in a server): its samples per thread, and the
-    functions holding the most samples, by themselves (leaf) and with what they call (inclusive)."""
+    functions holding the most of its main thread's samples, by themselves (leaf) and with what they
+    call (inclusive)."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and not list(sample_dir.glob("*.folded")):
         time.sleep(0.5)
@@ -160,19 +161,22 @@ def host_profile_summary(sample_dir: Path, wait_s: float = 30.0, top: int = 25) 
                                                                          ":recv_pyobj", ":_recv", ":sleep")))
 
     pid, stacks = max(profiles.items(), key=lambda kv: busy(kv[1]))
-    total = sum(n for _, n in stacks)
     threads, leaf, inclusive = {}, {}, {}
     for frames, n in stacks:
         threads[frames[0]] = threads.get(frames[0], 0) + n
+        if frames[0] != "MainThread":  # the scheduler's work is its main thread; the others mostly wait
+            continue
         leaf[frames[-1]] = leaf.get(frames[-1], 0) + n
         for name in set(frames[1:]):
             inclusive[name] = inclusive.get(name, 0) + n
+    main = threads.get("MainThread", 0)
 
-    def share(d):
-        return {k: round(v / total, 3) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]}
+    def share(d, total):
+        return {k: round(v / total, 3) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]} if total else {}
 
-    return {"pid": pid, "samples": total, "sampled_processes": len(profiles), "threads": share(threads),
-            "leaf_share": share(leaf), "inclusive_share": share(inclusive),
+    return {"pid": pid, "main_thread_samples": main, "sampled_processes": len(profiles),
+            "samples_by_thread": dict(sorted(threads.items(), key=lambda kv: -kv[1])),
+            "main_thread_leaf_share": share(leaf, main), "main_thread_inclusive_share": share(inclusive, main),
             "folded": str(sample_dir / f"{pid}.folded")}
 
 

@@ -7,15 +7,16 @@ vocab 151936, tied embeddings, QK-norm) with random bf16 weights, written once a
   BATCH packed sequences per call (varlen flash attention, compiled RMSNorm/RoPE/SwiGLU, chunked
   vocab log-probs, megatron's distributed optimizer with fp32 master weights, foreach gradient
   clipping and torch's fused AdamW), the actor's real training path including packing, with
-  ``--cuda-graph-impl local --cuda-graph-scope full_iteration --cuda-graph-warmup-steps 1``: after
+  ``--cuda-graph-impl local --cuda-graph-scope full_iteration --cuda-graph-warmup-steps 1`` (and
+  ``--no-check-for-nan-in-loss-and-grad``, which megatron requires with them): after
   one eager step of a shape, its forward and backward replay from one CUDA graph
   (``backends/megatron/step_graphs.py``); ``cuda_graph_steps`` counts eager, captured and replayed steps.
 - ``ours_no_cuda_graph``: the same without the CUDA graph flags. ``--profile`` times the phases of
   eager steps, so profile this variant to see where an eager step's host time goes.
 - ``hf_sdpa``: ``Qwen3ForCausalLM(attn_implementation="sdpa")`` in bf16, loss from ``labels``,
   ``torch.optim.AdamW`` on the bf16 parameters (the baseline; on one H200, torch 2.11.0+cu130,
-  megatron-core 0.16.1, 3 separate processes: ours / HF = 0.95-1.06x at 8x1024 and 1.01-1.03x at
-  4x2048, 22-25% MFU, 24.6 GiB peak against HF's 32.7 GiB).
+  megatron-core 0.16.1, medians of 3 separate processes, 2026-12-03: ours / HF = 1.72x at 8x1024,
+  1.54x at 4x2048 and 1.41x at 2x4096, 38-40% MFU; without the CUDA graphs 0.99-1.07x).
 - opt-in comparisons: ``ours_compiled_layers`` (every decoder layer wrapped in torch.compile;
   megatron's layer code breaks the graph in several places), ``ours_eager`` (nothing compiled) and
   ``ours_stock_optimizer`` (megatron's per-parameter loops and torch's default AdamW path instead
@@ -446,7 +447,7 @@ def _bench_ours(model_dir: Path, shapes, warmup: int, steps: int, variant: str, 
                 "--attention-dropout", "0", "--hidden-dropout", "0", "--use-distributed-optimizer"]
         if variant != "ours_no_cuda_graph":  # each shape's step replayed from a CUDA graph after one eager step
             argv += ["--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration",
-                     "--cuda-graph-warmup-steps", "1"]
+                     "--no-check-for-nan-in-loss-and-grad", "--cuda-graph-warmup-steps", "1"]
         args = validate_args(add_megatron_arguments(build_parser()).parse_args(argv))
         if actor is None:
             actor = MegatronActor(args, rank=0, world_size=1, master_port=free_port())

@@ -291,7 +291,7 @@ def test_flags_the_shared_parser_already_has_are_left_alone():
     assert parser.parse_args([]).lr == 0.5
 
 
-_GRAPHS = ["--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration"]
+_GRAPHS = ["--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration", "--no-check-for-nan-in-loss-and-grad"]
 _NO_DROPOUT = ["--attention-dropout", "0", "--hidden-dropout", "0"]
 
 
@@ -300,6 +300,7 @@ _NO_DROPOUT = ["--attention-dropout", "0", "--hidden-dropout", "0"]
     (["--use-dynamic-batch-size"], "--max-tokens-per-gpu"),
     (["--cuda-graph-impl", "transformer_engine"], "TransformerEngine.*--cuda-graph-scope full_iteration"),
     (["--cuda-graph-impl", "local"] + _NO_DROPOUT, "pass --cuda-graph-scope full_iteration"),
+    (_GRAPHS[:4] + _NO_DROPOUT, "needs --no-check-for-nan-in-loss-and-grad"),
     (["--cuda-graph-impl", "local", "--cuda-graph-scope", "attn"] + _NO_DROPOUT, "--cuda-graph-scope full_iteration"),
     (_GRAPHS, "--attention-dropout 0 --hidden-dropout 0"),
     (_GRAPHS + _NO_DROPOUT + ["--tensor-model-parallel-size", "2"], "--tensor-model-parallel-size 1"),

@@ -77,6 +77,10 @@ _MEGATRON_FLAGS: list[tuple[str, dict]] = [
     ("--no-load-rng", dict(action="store_true", help="Do not load RNG state.")),
     ("--ckpt-step", dict(type=int, default=None, help="Load this iteration instead of the latest.")),
     ("--distributed-timeout-minutes", dict(type=int, default=10, help="Collective timeout (slime default 10).")),
+    ("--no-check-for-nan-in-loss-and-grad", dict(
+        action="store_false", dest="check_for_nan_in_loss_and_grad",
+        help="Megatron-LM's switch for its NaN checks of the loss and gradients, which slime-ref does not "
+             "run; Megatron-LM requires it with --cuda-graph-scope full_iteration, and so does slime-ref.")),
     ("--cuda-graph-impl", dict(type=str, default="none", choices=["none", "local", "transformer_engine"],
                                help="CUDA graphs for training: 'local' with --cuda-graph-scope full_iteration "
                                     "replays each step shape's whole forward and backward from one graph, once "
@@ -147,6 +151,9 @@ def _validate_cuda_graph_args(args) -> None:
     if list(args.cuda_graph_scope) != ["full_iteration"]:
         raise UserError("--cuda-graph-impl local: slime-ref captures whole steps only; "
                         "pass --cuda-graph-scope full_iteration")
+    if getattr(args, "check_for_nan_in_loss_and_grad", True):
+        raise UserError("--cuda-graph-scope full_iteration needs --no-check-for-nan-in-loss-and-grad "
+                        "(Megatron-LM requires it with full-iteration CUDA graphs)")
     if args.cuda_graph_warmup_steps < 0:
         raise UserError("--cuda-graph-warmup-steps must be >= 0")
     if args.tensor_model_parallel_size != 1 or args.pipeline_model_parallel_size != 1:
