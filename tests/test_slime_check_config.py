@@ -266,3 +266,16 @@ def test_local_transformer_impl_with_a_qwen_or_llama_checkpoint_fails(tmp_path):
     unknown = impl("--transformer-impl", "local", "--hf-checkpoint", str(tmp_path / "absent"))
     assert [f.status for f in unknown] == [Status.WARN]
     assert impl("--transformer-impl", "local", "--hf-checkpoint", str(hf), "--spec", "my_spec", "spec") == []
+
+
+def test_full_iteration_cuda_graph_flags_need_the_nan_check_off_and_do_nothing_in_slime():
+    def graphs(*extra):
+        return [f for f in lint_argv(words(*BASE, *extra)) if f.id == "config.cuda_graphs"]
+
+    assert graphs() == [] and graphs("--cuda-graph-impl", "local") == []
+    failed = graphs("--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration")
+    assert [f.status for f in failed] == [Status.FAIL]
+    assert "AssertionError" in failed[0].finding and "--no-check-for-nan-in-loss-and-grad" in failed[0].fix
+    warned = graphs("--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration",
+                    "--no-check-for-nan-in-loss-and-grad")
+    assert [f.status for f in warned] == [Status.WARN] and "eagerly" in warned[0].finding

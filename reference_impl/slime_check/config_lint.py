@@ -975,8 +975,35 @@ def check_transformer_impl(cfg: Config) -> list[Finding]:
     return [Finding(id_, Status.FAIL if model_type else Status.WARN, finding, fix, slime_doc("docker/Dockerfile"))]
 
 
+def check_cuda_graphs(cfg: Config) -> list[Finding]:
+    """Megatron-LM's training CUDA-graph flags as slime v0.3.1 sees them. With ``--cuda-graph-impl local
+    --cuda-graph-scope full_iteration``, Megatron-LM's ``validate_args`` (which slime runs) asserts
+    ``--no-check-for-nan-in-loss-and-grad``. And the full-iteration graph is Megatron-LM's
+    ``FullCudaGraphWrapper``, applied only in its own training loop (``megatron/training/training.py``);
+    slime's actor calls megatron-core's schedule itself, and that scope graphs no layer, so slime's
+    training steps run eagerly with these flags."""
+    id_ = "config.cuda_graphs"
+    scope = cfg.get("--cuda-graph-scope")
+    scopes = [str(s) for s in scope] if isinstance(scope, list) else [str(scope)] if scope else []
+    if cfg.get("--cuda-graph-impl") != "local" or not any(s.endswith("full_iteration") for s in scopes):
+        return []
+    where = cfg.where("--cuda-graph-scope")
+    if not cfg.has("--no-check-for-nan-in-loss-and-grad"):
+        return [Finding(id_, Status.FAIL,
+                        f"--cuda-graph-scope full_iteration{where} without --no-check-for-nan-in-loss-and-grad: "
+                        "Megatron-LM's argument check stops slime at start-up (AssertionError: "
+                        "--no-check-for-nan-in-loss-and-grad should be set with full_iteration CUDA graph).",
+                        "Add --no-check-for-nan-in-loss-and-grad, or drop the CUDA graph flags.", ARGS_DOC)]
+    return [Finding(id_, Status.WARN,
+                    f"--cuda-graph-impl local --cuda-graph-scope full_iteration{where}: slime v0.3.1 runs its "
+                    "training steps eagerly with these flags; Megatron-LM's full-iteration graph wraps only "
+                    "Megatron-LM's own training loop, which slime's actor does not use.",
+                    "Drop the flags on slime (they change nothing there but turn off the NaN checks); slime-ref "
+                    "replays each repeated step shape from a CUDA graph with them.", ARGS_DOC)]
+
+
 RULES = [check_flags, check_batch, check_gpus, check_parallelism, check_kl, check_validate_args, check_critic,
-         check_transformer_impl, check_hooks, check_hf_config, check_data]
+         check_transformer_impl, check_cuda_graphs, check_hooks, check_hf_config, check_data]
 
 
 def lint_argv(argv: list[Word], entry: str = "train.py", reg: Registry | None = None) -> list[Finding]:
