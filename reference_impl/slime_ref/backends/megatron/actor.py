@@ -578,12 +578,14 @@ class MegatronActor:
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         self.config.grad_scale_func = self.optimizer.scale_loss
-        self.config.finalize_model_grads_func = finalize_model_grads
+        # with CUDA graphs the data-parallel reduce runs after the (captured) schedule, outside the graph
+        self.config.finalize_model_grads_func = finalize_model_grads if self.step_graphs is None else None
         mbs = self._pack(rollout, step, _LOSS_KEYS)
         if self.step_graphs is None:
             results = self._run_schedule(mbs, loss_fn, forward_only=False)
         else:
-            results = self._run_graphed_schedule(mbs, step, loss_fn)
+            results = self.step_graphs.run(mbs, step, lambda m: self._run_schedule(m, loss_fn, forward_only=False))
+            finalize_model_grads([self.model], None)
         # read the metrics before the optimizer runs: the read waits for the backward only (the
         # optimizer's gradient-norm read waits there anyway), and the optimizer's kernels then
         # overlap whatever the host does next instead of being waited for
@@ -599,19 +601,6 @@ class MegatronActor:
         metrics["train/grad_norm"] = float(grad_norm)
         metrics["train/lr"] = lr
         return metrics
-
-    def _run_graphed_schedule(self, micro_batches: list[PackedMicroBatch], step: StepSchedule, loss_fn) -> list[dict]:
-        """The step's forward-backward through ``step_graphs``; the gradient finalisation (the
-        data-parallel reduce) runs after it, outside the graph."""
-        finalize = self.config.finalize_model_grads_func
-        self.config.finalize_model_grads_func = None
-        try:
-            results = self.step_graphs.run(
-                micro_batches, step, lambda mbs: self._run_schedule(mbs, loss_fn, forward_only=False))
-        finally:
-            self.config.finalize_model_grads_func = finalize
-        finalize([self.model], None)
-        return results
 
     def _reduce_metrics(self, results: list[dict]) -> dict[str, float]:
         """Sum the micro-batch partials over micro-batches and DP ranks; share from the last PP stage."""

@@ -64,14 +64,13 @@ def _static_copy(mb: PackedMicroBatch) -> PackedMicroBatch:
 class _CapturedStep:
     def __init__(self, graph, micro_batches: list[PackedMicroBatch], results, indices: dict):
         self.graph = graph
-        self.micro_batches = micro_batches  # the input buffers the graph reads
+        self.micro_batches = micro_batches  # keeps the packing's tensors the graph reads alive
+        self.inputs = [t for mb in micro_batches for t in _inputs(mb)]  # the buffers a replay refills
         self.results = results  # the metric tensors the graph writes
         self.indices = indices  # index tensors the graph reads, kept alive with it
 
     def replay(self, micro_batches: list[PackedMicroBatch]):
-        dst = [t for mb in self.micro_batches for t in _inputs(mb)]
-        src = [t for mb in micro_batches for t in _inputs(mb)]
-        torch._foreach_copy_(dst, src)
+        torch._foreach_copy_(self.inputs, [t for mb in micro_batches for t in _inputs(mb)])
         self.graph.replay()
         return self.results
 
