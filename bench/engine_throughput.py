@@ -70,11 +70,9 @@ def without_flag(flags: list[str], name: str) -> list[str]:
 async def engine_rate(url: str | list[str], prompts: list[list[int]], new_tokens: int, return_logprob: bool) -> float:
     """Send all prompts at once (dealt round-robin over the engines of a list); output tokens per
     second of wall time."""
-    from contextlib import AsyncExitStack
-
     params = {"temperature": 1.0, "max_new_tokens": new_tokens, "ignore_eos": True}
     urls = [url] if isinstance(url, str) else url
-    async with AsyncExitStack() as stack:
+    async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(SGLangClient(u, max_connections=len(prompts) + 8)) for u in urls]
         start = time.perf_counter()
         outs = await asyncio.gather(*[clients[i % len(clients)].generate(p, params, return_logprob=return_logprob)
@@ -142,10 +140,9 @@ def host_profile_summary(sample_dir: Path, wait_s: float = 30.0, top: int = 25) 
     """The busiest sampled process (SGLang's scheduler, in a server): its samples per thread, and the
     functions holding the most of its main thread's samples, by themselves (leaf) and with what they
     call (inclusive)."""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and not list(sample_dir.glob("*.folded")):
-        time.sleep(0.5)
-    time.sleep(2)  # every process writes its file when "on" goes away; give the slower ones a moment
+    deadline = time.monotonic() + wait_s  # every sampling process writes its file when "on" goes away
+    while time.monotonic() < deadline and list(sample_dir.glob("*.active")):
+        time.sleep(0.1)
     profiles = {}
     for path in sample_dir.glob("*.folded"):
         stacks = []
@@ -284,7 +281,7 @@ def bench_sglang(args) -> dict:
     if args.host_profile:
         sample_dir = work / "host-profile"
         sample_dir.mkdir(parents=True, exist_ok=True)
-        for old in sample_dir.glob("*.folded"):  # a reused --work-dir's earlier samples
+        for old in [*sample_dir.glob("*.folded"), *sample_dir.glob("*.active")]:  # a reused --work-dir's
             old.unlink()
         sampler = Path(__file__).resolve().parent / "pysample"
         env = {"SLIME_BENCH_PYSAMPLE_DIR": str(sample_dir),

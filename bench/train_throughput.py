@@ -439,7 +439,6 @@ def _bench_ours(model_dir: Path, shapes, warmup: int, steps: int, variant: str, 
 
     results = {}
     actor = None
-    counted: dict = {}
     for batch, seq in shapes:
         argv = ["--hf-checkpoint", str(model_dir), "--bf16", "--loss-type", "sft_loss", "--lr", "1e-5",
                 "--rollout-batch-size", str(batch), "--n-samples-per-prompt", "1", "--num-rollout", "1000",
@@ -455,6 +454,8 @@ def _bench_ours(model_dir: Path, shapes, warmup: int, steps: int, variant: str, 
                 for layer in actor.model.module.decoder.layers:
                     layer.compile(dynamic=True)
         actor.args = args
+        if actor.step_graphs is not None:
+            actor.step_graphs.counts = dict.fromkeys(actor.step_graphs.counts, 0)
         ids = tokens(batch, seq).tolist()
         data = {"tokens": ids, "response_lengths": [seq - 1] * batch, "loss_masks": [[1] * (seq - 1)] * batch,
                 "rewards": [0.0] * batch, "raw_reward": [0.0] * batch, "truncated": [0] * batch,
@@ -467,10 +468,8 @@ def _bench_ours(model_dir: Path, shapes, warmup: int, steps: int, variant: str, 
         seconds, peak = timed(step, warmup, steps)
         key = f"{batch}x{seq}"
         results[key] = {"step_s": seconds, "peak_gib": peak}
-        if actor.step_graphs is not None:  # this shape's steps: the counts are the actor's, over all shapes
-            counts = dict(actor.step_graphs.counts)
-            results[key]["cuda_graph_steps"] = {k: v - counted.get(k, 0) for k, v in counts.items()}
-            counted = counts
+        if actor.step_graphs is not None:  # this shape's steps (the counts restart for each shape)
+            results[key]["cuda_graph_steps"] = dict(actor.step_graphs.counts)
         progress(variant, key, batch * seq, seconds, peak)
         if opts.profile:
             results[key].update(

@@ -39,7 +39,7 @@ def test_the_sampler_finds_the_function_a_process_spends_its_time_in(tmp_path):
            "PYTHONPATH": os.pathsep.join([str(BENCH / "pysample"), os.environ.get("PYTHONPATH", "")])}
     subprocess.run([sys.executable, "-c", CHILD], env=env, check=True, timeout=60)
     folded = list(tmp_path.glob("*.folded"))
-    assert len(folded) == 1
+    assert len(folded) == 1 and not list(tmp_path.glob("*.active"))
     summary = host_profile_summary(tmp_path, wait_s=1)
     assert summary["main_thread_samples"] > 20
     assert list(summary["samples_by_thread"]) == ["MainThread"]
