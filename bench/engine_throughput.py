@@ -272,11 +272,12 @@ def bench_sglang(args) -> dict:
         *sglang_offline_gpu_flags(args.attention_backend),
         *sglang_cuda_graph_flags(not args.no_cuda_graph, max_bs_decode=-(-concurrency // args.engines)),
         "--sglang-skip-tokenizer-init",
+        *(["--sglang-disable-radix-cache"] if args.disable_radix_cache else []),
     ]
     result = {"engine": "sglang", "model": "Qwen3-0.6B shape, random bf16 weights", "gpu": torch.cuda.get_device_name(),
               "concurrency": concurrency, "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
               "cuda_graph_decode": not args.no_cuda_graph, "attention_backend": args.attention_backend,
-              "tokens_per_s": {}}
+              "radix_cache": not args.disable_radix_cache, "tokens_per_s": {}}
     env = {}
     if args.host_profile:
         sample_dir = work / "host-profile"
@@ -306,7 +307,8 @@ def bench_sglang(args) -> dict:
         # Each rate is the median of --repeats rounds in this process (every round listed): one
         # round moves with the host, and a round's first requests still meet cold paths.
         result["rounds_tokens_per_s"] = {}
-        for name, logprob in (("return_logprob", True), ("no_logprob", False)):
+        kinds = (("return_logprob", True),) if args.logprob_only else (("return_logprob", True), ("no_logprob", False))
+        for name, logprob in kinds:
             rounds = [round(asyncio.run(engine_rate(url, prompts, args.new_tokens, logprob)), 1)
                       for _ in range(args.repeats)]
             result["rounds_tokens_per_s"][name] = rounds
@@ -349,6 +351,11 @@ def main() -> None:
                         "has its own scheduler process, the host work of a decode step is split between them)")
     p.add_argument("--mem-fraction", type=float, default=0.3,
                    help="sglang: --mem-fraction-static of the one server, or of all of them together")
+    p.add_argument("--disable-radix-cache", action="store_true",
+                   help="sglang: SGLang's --disable-radix-cache (no prefix tree: a decode step frees and evicts "
+                        "nothing; a rollout whose prompts are a few tokens reuses little of it anyway)")
+    p.add_argument("--logprob-only", action="store_true",
+                   help="sglang: measure the rate with return_logprob only (the RL rollout's), not the one without")
     p.add_argument("--skip-hf", action="store_true", help="sglang: leave out HF generate (saves GPU minutes)")
     p.add_argument("--startup-timeout", type=float, default=480.0, help="sglang: seconds to wait for the server")
     p.add_argument("--work-dir", default=None, help="where models and logs go (default: a temp dir)")
