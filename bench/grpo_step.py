@@ -55,12 +55,27 @@ def phase_medians(metrics: list[dict], skip: int = 1) -> dict:
 
 
 def step_summary(run: dict, samples_per_step: int) -> dict:
-    """Step time, tokens/s and the phases of ``run`` (see grpo_harness.run_ours)."""
-    steps = [s["step_s"] for s in run["steps"]][1:] or [s["step_s"] for s in run["steps"]]
+    """Step time, tokens/s and the phases of ``run`` (see grpo_harness.run_ours).
+
+    The timed steps are the rollouts after the first two (the first has no start mark, the second
+    meets cold paths); the phase medians are taken over those same rollouts, so the step and its
+    phases describe the same work. ``outside_phases_s`` is what the step spends outside the timed
+    phases (the engines' release and resume, the driver's hand-offs): each timed step's own split
+    is listed under ``steps``.
+    """
+    timed = run["steps"][1:] or run["steps"]
+    steps = [s["step_s"] for s in timed]
     metrics = [m for m in run["metrics"] if "perf/train_time" in m]
+    skip = max(len(metrics) - len(timed), 0)  # metrics rows are rollouts 0, 1, ...; timed are the last ones
     step = h.median(steps)
-    generated = h.median([m["rollout/response_length"] * samples_per_step for m in metrics[1:] or metrics])
-    phases = phase_medians(run["metrics"])
+    generated = h.median([m["rollout/response_length"] * samples_per_step for m in metrics[skip:] or metrics])
+    phases = phase_medians(run["metrics"], skip=skip)
+    phase_keys = ("perf/rollout_time", "perf/train_time", "perf/update_weights_time")
+    per_step = []
+    for s, m in zip(timed, metrics[skip:]):
+        inside = sum(m.get(k, 0.0) for k in phase_keys)
+        per_step.append({**{k: round(v, 3) for k, v in s.items() if k != "rollout_id"},
+                         "rollout_id": s["rollout_id"], "outside_phases_s": round(s["step_s"] - inside, 3)})
     return {
         "median_step_s": round(step, 4),
         "steps_timed": len(steps),
@@ -71,7 +86,9 @@ def step_summary(run: dict, samples_per_step: int) -> dict:
             "update_weights": phases.get("update_weights_time"),
             "train_parts": {k: phases[k] for k in ("data_preprocess_time", "ref_log_probs_time", "log_probs_time",
                                                    "actor_train_time") if k in phases},
+            "outside_phases": round(h.median([r["outside_phases_s"] for r in per_step]), 4) if per_step else None,
         },
+        "steps": per_step,
         "generated_tokens_per_step": round(generated, 1),
         "tokens_per_s": {"generated_per_rollout_s": round(generated / phases["rollout_time"], 1),
                          "generated_per_step_s": round(generated / step, 1),
@@ -252,7 +269,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", action="store_true", help="one CUDA GPU: Qwen3-0.6B shapes, real SGLang, and TRL")
     p.add_argument("--dry-run", action="store_true", help="with --gpu: build a small model and parse the flags only")
-    p.add_argument("--num-rollout", type=int, default=None, help="GRPO steps (CPU default 20, GPU default 4)")
+    p.add_argument("--num-rollout", type=int, default=None, help="GRPO steps (CPU default 20, GPU default 5: 3 timed)")
     p.add_argument("--trl-steps", type=int, default=3, help="--gpu: TRL's steps (the first is left out)")
     p.add_argument("--trainers", default="ours,trl", help="--gpu: comma-separated, of ours and trl")
     p.add_argument("--no-cuda-graph", action="store_true", help="--gpu: SGLang without CUDA graphs (faster start)")
@@ -275,7 +292,7 @@ def main() -> None:
     if a.gpu:
         trainers = [t.strip() for t in a.trainers.split(",") if t.strip()]
         out = {"bench": "grpo_step", "mode": "gpu",
-               **run_gpu(workdir, a.num_rollout or 4, a.trl_steps, trainers, a.dry_run, not a.no_cuda_graph,
+               **run_gpu(workdir, a.num_rollout or 5, a.trl_steps, trainers, a.dry_run, not a.no_cuda_graph,
                          a.attention_backend)}
     else:
         out = {"bench": "grpo_step", "mode": "cpu", **run_cpu(workdir, a.num_rollout or 20, a.seed)}

@@ -123,3 +123,26 @@ def test_vs_slime_fixed_batch_is_one_optimizer_step_for_slime(tiny, tmp_path):
     assert len(samples) == 512 and all(s["rollout_id"] is None for s in samples)
     rollouts = {s["rollout_id"] if s["rollout_id"] is not None else ("own", s["index"]) for s in samples}
     assert len(rollouts) // 512 == 1
+
+
+def test_grpo_step_summary_takes_phases_from_the_timed_rollouts_only():
+    """The step median and the phase medians cover the same rollouts (the last ones), and each
+    timed step lists the seconds it spent outside the timed phases."""
+    import grpo_step
+
+    def metrics(rollout, train):
+        return {"rollout/raw_reward": 0.0, "rollout/response_length": 4.0, "perf/rollout_time": rollout,
+                "perf/train_time": train, "perf/update_weights_time": 0.5, "perf/actor_train_tok_per_s": 10.0}
+
+    # rollouts 0-4: rollout 1 is slow (cold), and must count in neither the step nor its phases
+    run = {"metrics": [metrics(50.0, 9.0), metrics(40.0, 8.0), metrics(5.0, 3.0), metrics(6.0, 2.0),
+                       metrics(7.0, 3.0)],
+           "steps": [{"rollout_id": rid, "step_s": s, "to_train_s": 1.0, "to_sync_s": 1.0, "sync_s": 1.0}
+                     for rid, s in ((1, 49.0), (2, 9.0), (3, 9.0), (4, 12.5))]}
+    out = grpo_step.step_summary(run, samples_per_step=8)
+    assert out["steps_timed"] == 3 and out["median_step_s"] == 9.0
+    assert out["phase_median_s"]["rollout"] == 6.0 and out["phase_median_s"]["train"] == 3.0
+    assert [s["rollout_id"] for s in out["steps"]] == [2, 3, 4]
+    assert [s["outside_phases_s"] for s in out["steps"]] == [0.5, 0.5, 2.0]
+    assert out["phase_median_s"]["outside_phases"] == 0.5
+    assert out["tokens_per_s"]["generated_per_rollout_s"] == round(32 / 6.0, 1)  # 4 tokens x 8 samples
