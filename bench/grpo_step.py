@@ -13,11 +13,12 @@ sglang``), on a Qwen3-0.6B-shaped model with random bf16 weights built here, 64 
 samples x 512 new tokens forced (``ignore_eos``), then, in the same run and on the same model and
 prompts, TRL's GRPOTrainer on identical work (HF generate with ``min_new_tokens=512``, bf16, sdpa,
 ``loss_type="dapo"``, ``beta=0``, ``adamw_torch_fused``, micro-batches of 32). Each trainer runs in
-its own subprocess; the first step of each is left out of the medians (start-up, compilation).
+its own subprocess; the first steps are left out of the medians (start-up, compilation): ours, the
+first two rollouts (``step_summary``); TRL, its first step.
 
     python bench/grpo_step.py                         # CPU, about 4 minutes on 2 cores
     python bench/grpo_step.py --num-rollout 10
-    python bench/grpo_step.py --gpu                   # one H200: about 6 minutes
+    python bench/grpo_step.py --gpu                   # one H200: about 5-7 minutes
     python bench/grpo_step.py --gpu --dry-run         # anywhere: build a small model, parse every flag
 
 ``--gpu`` needs SGLang (``.[sglang]``) and TRL (``.[bench]``); offline GPU machines: see
@@ -74,8 +75,8 @@ def step_summary(run: dict, samples_per_step: int) -> dict:
     per_step = []
     for s, m in zip(timed, metrics[skip:]):
         inside = sum(m.get(k, 0.0) for k in phase_keys)
-        per_step.append({**{k: round(v, 3) for k, v in s.items() if k != "rollout_id"},
-                         "rollout_id": s["rollout_id"], "outside_phases_s": round(s["step_s"] - inside, 3)})
+        per_step.append({k: v if k == "rollout_id" else round(v, 3) for k, v in s.items()}
+                        | {"outside_phases_s": round(s["step_s"] - inside, 3)})
     return {
         "median_step_s": round(step, 4),
         "steps_timed": len(steps),
