@@ -90,17 +90,28 @@ def step_flops(n_params: int, batch: int, seq: int) -> float:
     return 6 * n_params * batch * seq + attention
 
 
-def timed(step, warmup: int, steps: int) -> tuple[float, float]:
-    """(mean seconds per step, peak GiB allocated) over ``steps`` steps after ``warmup``."""
+def timed(step, warmup: int, steps: int) -> tuple[float, float, list[float]]:
+    """(mean seconds per step, peak GiB allocated, each step's milliseconds) over ``steps`` steps
+    after ``warmup``.
+
+    Each step's time is the GPU clock between CUDA events recorded after the steps, read once all
+    have run: no host sync inside the loop, so a host-bound step is timed as it runs. They tell a
+    process slowed by one stalled step from one slower at every step.
+    """
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
     start = time.perf_counter()
-    for _ in range(steps):
+    marks[0].record()
+    for mark in marks[1:]:
         step()
+        mark.record()
     torch.cuda.synchronize()
-    return (time.perf_counter() - start) / steps, torch.cuda.max_memory_allocated() / 2**30
+    seconds = (time.perf_counter() - start) / steps
+    each_ms = [round(a.elapsed_time(b), 2) for a, b in zip(marks, marks[1:])]
+    return seconds, torch.cuda.max_memory_allocated() / 2**30, each_ms
 
 
 def tokens(batch: int, seq: int) -> torch.Tensor:
@@ -465,9 +476,9 @@ def _bench_ours(model_dir: Path, shapes, warmup: int, steps: int, variant: str, 
         def step(actor=actor, counter=counter, data=data):
             return actor.train(next(counter), data)
 
-        seconds, peak = timed(step, warmup, steps)
+        seconds, peak, each_ms = timed(step, warmup, steps)
         key = f"{batch}x{seq}"
-        results[key] = {"step_s": seconds, "peak_gib": peak}
+        results[key] = {"step_s": seconds, "peak_gib": peak, "step_ms_each": each_ms}
         if actor.step_graphs is not None:  # this shape's steps (the counts restart for each shape)
             results[key]["cuda_graph_steps"] = dict(actor.step_graphs.counts)
         progress(variant, key, batch * seq, seconds, peak)
@@ -522,9 +533,9 @@ def bench_hf(model_dir: Path, shapes, warmup: int, steps: int, opts) -> dict:
 
             return [undo]
 
-        seconds, peak = timed(step, warmup, steps)
+        seconds, peak, each_ms = timed(step, warmup, steps)
         key = f"{batch}x{seq}"
-        results[key] = {"step_s": seconds, "peak_gib": peak}
+        results[key] = {"step_s": seconds, "peak_gib": peak, "step_ms_each": each_ms}
         progress("hf_sdpa", key, batch * seq, seconds, peak)
         if opts.profile:
             results[key].update(profile_step(step, instrument, f"hf_sdpa_{key}", opts))
@@ -647,7 +658,7 @@ def main() -> None:
             tflops = step_flops(n_params, batch, seq) / s / 1e12
             row[variant] = {"tokens_per_s": round(batch * seq / s), "tflops": round(tflops, 1),
                             "mfu": round(tflops / a.peak_tflops, 4), "step_ms": round(s * 1000, 1),
-                            "peak_gib": round(res[key]["peak_gib"], 1)}
+                            "peak_gib": round(res[key]["peak_gib"], 1), "step_ms_each": res[key]["step_ms_each"]}
             if "cuda_graph_steps" in res[key]:
                 row[variant]["cuda_graph_steps"] = res[key]["cuda_graph_steps"]
             if a.profile:
