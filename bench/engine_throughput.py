@@ -257,6 +257,18 @@ def build_qwen3_0_6b_shape(out: Path) -> Path:
     return out
 
 
+def sglang_server_flags(args) -> list[str]:
+    """slime-style ``--sglang-*`` flags of the server(s) ``bench_sglang`` starts."""
+    return [
+        *sglang_offline_gpu_flags(args.attention_backend),
+        *sglang_cuda_graph_flags(not args.no_cuda_graph, max_bs_decode=-(-args.concurrency[0] // args.engines)),
+        "--sglang-skip-tokenizer-init",  # no tokenizer work: the random model's ids are not the tokenizer's
+        *(["--sglang-disable-radix-cache"] if args.disable_radix_cache else []),
+        *(["--sglang-load-snapshot-publish-interval", str(args.load_snapshot_interval)]
+          if args.load_snapshot_interval is not None else []),
+    ]
+
+
 def bench_sglang(args) -> dict:
     from transformers import AutoModelForCausalLM
 
@@ -267,17 +279,12 @@ def bench_sglang(args) -> dict:
     rng = random.Random(0)
     concurrency = args.concurrency[0]
     prompts = [[rng.randrange(2, 30000) for _ in range(args.prompt_tokens)] for _ in range(concurrency)]
-    # No tokenizer work: the random model's ids are not the tokenizer's.
-    flags = [
-        *sglang_offline_gpu_flags(args.attention_backend),
-        *sglang_cuda_graph_flags(not args.no_cuda_graph, max_bs_decode=-(-concurrency // args.engines)),
-        "--sglang-skip-tokenizer-init",
-        *(["--sglang-disable-radix-cache"] if args.disable_radix_cache else []),
-    ]
+    flags = sglang_server_flags(args)
     result = {"engine": "sglang", "model": "Qwen3-0.6B shape, random bf16 weights", "gpu": torch.cuda.get_device_name(),
               "concurrency": concurrency, "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
               "cuda_graph_decode": not args.no_cuda_graph, "attention_backend": args.attention_backend,
-              "radix_cache": not args.disable_radix_cache, "tokens_per_s": {}}
+              "radix_cache": not args.disable_radix_cache,
+              "load_snapshot_publish_interval": args.load_snapshot_interval, "tokens_per_s": {}}
     env = {}
     if args.host_profile:
         sample_dir = work / "host-profile"
@@ -354,6 +361,9 @@ def main() -> None:
     p.add_argument("--disable-radix-cache", action="store_true",
                    help="sglang: SGLang's --disable-radix-cache (no prefix tree: a decode step frees and evicts "
                         "nothing; a rollout whose prompts are a few tokens reuses little of it anyway)")
+    p.add_argument("--load-snapshot-interval", type=int, default=None, metavar="N",
+                   help="sglang: SGLang's --load-snapshot-publish-interval (default 15): the scheduler writes its "
+                        "load for the router every N decode steps, 5%% of its main thread at 512 requests")
     p.add_argument("--logprob-only", action="store_true",
                    help="sglang: measure the rate with return_logprob only (the RL rollout's), not the one without")
     p.add_argument("--skip-hf", action="store_true", help="sglang: leave out HF generate (saves GPU minutes)")
@@ -370,6 +380,8 @@ def main() -> None:
         p.error(f"--profile-steps: must be 0 (off) or more, got {args.profile_steps}")
     if args.engines < 1:
         p.error(f"--engines: must be at least 1, got {args.engines}")
+    if args.load_snapshot_interval is not None and args.load_snapshot_interval < 1:
+        p.error(f"--load-snapshot-interval: must be at least 1 decode step, got {args.load_snapshot_interval}")
     if args.engines > 1 and args.profile_steps:
         p.error("--profile-steps profiles one server; leave out --engines")
     if args.engine == "sglang" and len(args.concurrency) != 1:

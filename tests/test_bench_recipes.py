@@ -36,6 +36,7 @@ def test_gpu_recipe_parses_colocated_on_real_sglang_with_forced_lengths(tiny, tm
     (["--concurrency", "8", "64"], "--concurrency: --engine sglang takes one level, got 2"),
     (["--repeats", "0"], "--repeats: must be at least 1, got 0"),
     (["--profile-steps", "-1"], "--profile-steps: must be 0 (off) or more, got -1"),
+    (["--load-snapshot-interval", "0"], "--load-snapshot-interval: must be at least 1 decode step, got 0"),
 ])
 def test_engine_throughput_bad_sglang_flags_exit_2_naming_the_flag(argv, message):
     import subprocess
@@ -45,6 +46,27 @@ def test_engine_throughput_bad_sglang_flags_exit_2_naming_the_flag(argv, message
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert message in proc.stderr
+
+
+def test_engine_throughput_server_flags_reach_sglang_under_its_own_names():
+    """The A/B flags become SGLang's own (--disable-radix-cache, --load-snapshot-publish-interval N),
+    and are absent by default, so a default round runs SGLang's defaults."""
+    import argparse
+
+    import engine_throughput
+    from slime_ref.rollout.servers import passthrough_flags
+
+    base = dict(attention_backend="triton", no_cuda_graph=False, concurrency=[512], engines=2)
+    default = engine_throughput.sglang_server_flags(argparse.Namespace(
+        **base, disable_radix_cache=False, load_snapshot_interval=None))
+    ab = engine_throughput.sglang_server_flags(argparse.Namespace(
+        **base, disable_radix_cache=True, load_snapshot_interval=1000))
+    assert set(ab) - set(default) == {"--sglang-disable-radix-cache", "--sglang-load-snapshot-publish-interval",
+                                      "1000"}
+    sglang = passthrough_flags(ab, "sglang")
+    assert "--disable-radix-cache" in sglang
+    assert sglang[sglang.index("--load-snapshot-publish-interval") + 1] == "1000"
+    assert sglang[sglang.index("--cuda-graph-max-bs-decode") + 1] == "256"  # 512 requests over 2 engines
 
 
 def test_engine_profile_summary_counts_overlapping_kernels_once(tmp_path):
