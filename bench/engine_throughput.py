@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import random
+import shlex
 import statistics
 import sys
 import tempfile
@@ -100,19 +101,85 @@ def hf_rate(model, prompts: list[list[int]], new_tokens: int, pad_id: int, devic
     return (out.shape[1] - width) * len(prompts) / elapsed
 
 
-async def profiled_round(url: str, prompts: list[list[int]], new_tokens: int, out_dir: Path, steps: int) -> Path:
-    """One more round under SGLang's torch profiler (CPU and GPU), for its first ``steps`` forward
-    passes: the prefill and the first decode steps. Returns the trace file it wrote."""
+class GpuUtilSampler:
+    """NVML's GPU busy and memory-controller busy percentages, read every ``interval_s`` in a thread
+    while a round runs: ``samples`` is [(wall seconds, gpu %, memory %)]. NVML averages each figure
+    over its own period (about 0.2 s on an H200), so what it says of a round's edges is good to
+    about that."""
+
+    def __init__(self, interval_s: float = 0.05):
+        import threading
+
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+        self._nvml = pynvml
+        self._handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.samples: list[tuple[float, int, int]] = []
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            rates = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
+            self.samples.append((time.time(), rates.gpu, rates.memory))
+            self._stop.wait(self._interval_s)
+
+    def __enter__(self) -> GpuUtilSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._nvml.nvmlShutdown()
+
+
+def round_gpu_util(samples: list[tuple[float, int, int]], start: float, end: float, busy_pct: int = 50) -> dict:
+    """How busy the GPU was over one round [start, end] (wall seconds): the mean GPU and memory
+    busy percentages of the samples inside it, and the seconds at the round's head and tail with
+    the GPU under ``busy_pct`` (requests still arriving; responses being assembled and sent back),
+    which no faster kernel shortens."""
+    inside = [(t, gpu, mem) for t, gpu, mem in samples if start <= t <= end]
+    if not inside:
+        return {"error": "no NVML sample inside the round"}
+    busy = [t for t, gpu, _ in inside if gpu >= busy_pct]
+    return {
+        "samples": len(inside),
+        "gpu_busy_pct_mean": round(statistics.fmean(gpu for _, gpu, _ in inside), 1),
+        "memory_busy_pct_mean": round(statistics.fmean(mem for _, _, mem in inside), 1),
+        "idle_head_s": round((busy[0] if busy else end) - start, 3),
+        "idle_tail_s": round(end - busy[-1], 3) if busy else 0.0,
+    }
+
+
+async def profiled_round(url: str, prompts: list[list[int]], new_tokens: int, out_dir: Path, steps: int,
+                         after_s: float = 0.0) -> Path:
+    """One more round under SGLang's torch profiler (CPU and GPU) for ``steps`` forward passes: the
+    round's first ones (the prefill and the first decode steps, while requests still arrive), or,
+    with ``after_s``, those that start ``after_s`` seconds into the round, when every request is in
+    one decode batch. Returns the trace file it wrote."""
     from slime_ref.rollout.sglang_client import EngineError
 
     out_dir.mkdir(parents=True, exist_ok=True)
     earlier = set(out_dir.rglob("*.trace.json*"))  # a reused --work-dir may hold an earlier run's trace
-    try:
-        async with SGLangClient(url) as client:
-            await client.start_profile(str(out_dir), steps)
-    except EngineError as e:
-        raise SystemExit(f"engine_throughput: --profile-steps: {e}") from None
-    await engine_rate(url, prompts, new_tokens, True)
+
+    async def start() -> None:
+        try:
+            async with SGLangClient(url) as client:
+                await client.start_profile(str(out_dir), steps)
+        except EngineError as e:
+            raise SystemExit(f"engine_throughput: --profile-steps: {e}") from None
+
+    if after_s <= 0:
+        await start()
+        await engine_rate(url, prompts, new_tokens, True)
+    else:
+        round_ = asyncio.ensure_future(engine_rate(url, prompts, new_tokens, True))
+        await asyncio.sleep(after_s)
+        await start()
+        await round_
     deadline = time.monotonic() + 120  # the scheduler writes the trace after its last profiled step
     sizes: dict[Path, int] = {}
     while time.monotonic() < deadline:
@@ -266,6 +333,9 @@ def sglang_server_flags(args) -> list[str]:
         *(["--sglang-disable-radix-cache"] if args.disable_radix_cache else []),
         *(["--sglang-load-snapshot-publish-interval", str(args.load_snapshot_interval)]
           if args.load_snapshot_interval is not None else []),
+        *(["--sglang-scheduler-recv-interval", str(args.scheduler_recv_interval)]
+          if args.scheduler_recv_interval is not None else []),
+        *shlex.split(args.sglang_flags),
     ]
 
 
@@ -284,7 +354,9 @@ def bench_sglang(args) -> dict:
               "concurrency": concurrency, "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
               "cuda_graph_decode": not args.no_cuda_graph, "attention_backend": args.attention_backend,
               "radix_cache": not args.disable_radix_cache,
-              "load_snapshot_publish_interval": args.load_snapshot_interval, "tokens_per_s": {}}
+              "load_snapshot_publish_interval": args.load_snapshot_interval,
+              "scheduler_recv_interval": args.scheduler_recv_interval, "sglang_flags": args.sglang_flags,
+              "tokens_per_s": {}}
     env = {}
     if args.host_profile:
         sample_dir = work / "host-profile"
@@ -316,14 +388,23 @@ def bench_sglang(args) -> dict:
         result["rounds_tokens_per_s"] = {}
         kinds = (("return_logprob", True),) if args.logprob_only else (("return_logprob", True), ("no_logprob", False))
         for name, logprob in kinds:
-            rounds = [round(asyncio.run(engine_rate(url, prompts, args.new_tokens, logprob)), 1)
-                      for _ in range(args.repeats)]
+            rounds, util = [], []
+            for _ in range(args.repeats):
+                with GpuUtilSampler() if args.gpu_util else contextlib.nullcontext() as sampler:
+                    start = time.time()
+                    rounds.append(round(asyncio.run(engine_rate(url, prompts, args.new_tokens, logprob)), 1))
+                    end = time.time()
+                if sampler is not None:
+                    util.append(round_gpu_util(sampler.samples, start, end))
             result["rounds_tokens_per_s"][name] = rounds
             result["tokens_per_s"][name] = statistics.median(rounds)
+            if util:
+                result.setdefault("rounds_gpu_util", {})[name] = util
         if args.profile_steps:
             trace = asyncio.run(profiled_round(url, prompts, args.new_tokens, work / "profile",
-                                               args.profile_steps))
-            result["profile"] = {"steps": args.profile_steps, **gpu_busy_summary(trace)}
+                                               args.profile_steps, args.profile_after_s))
+            result["profile"] = {"steps": args.profile_steps, "after_s": args.profile_after_s,
+                                 **gpu_busy_summary(trace)}
         if args.host_profile:
             rate = asyncio.run(host_profiled_round(url, prompts, args.new_tokens, sample_dir))
             result["host_profile"] = {"round_tokens_per_s": round(rate, 1), **host_profile_summary(sample_dir)}
@@ -349,6 +430,9 @@ def main() -> None:
     p.add_argument("--profile-steps", type=int, default=0,
                    help="sglang: after the rounds, profile one more round's first N forward passes (SGLang's "
                         "torch profiler) and report how busy the GPU was and its top kernels")
+    p.add_argument("--profile-after-s", type=float, default=0.0, metavar="S",
+                   help="sglang: with --profile-steps, start profiling S seconds into the round (mid-round "
+                        "decode steps with every request in the batch) instead of at its first pass")
     p.add_argument("--host-profile", action="store_true",
                    help="sglang: after the rounds, one more round (with log-probs) while the server's processes "
                         "sample their Python stacks (pysample/); reports where the busiest one, the scheduler, "
@@ -364,6 +448,15 @@ def main() -> None:
     p.add_argument("--load-snapshot-interval", type=int, default=None, metavar="N",
                    help="sglang: SGLang's --load-snapshot-publish-interval (default 15): the scheduler writes its "
                         "load for the router every N decode steps, 5%% of its main thread at 512 requests")
+    p.add_argument("--scheduler-recv-interval", type=int, default=None, metavar="N",
+                   help="sglang: SGLang's --scheduler-recv-interval (default 1): the scheduler polls for new "
+                        "requests every N decode steps instead of every step")
+    p.add_argument("--sglang-flags", default="", metavar="FLAGS",
+                   help="sglang: more server flags in slime's --sglang-* spelling, one quoted string, e.g. "
+                        "\"--sglang-page-size 16\" (each reaches SGLang without its sglang- prefix)")
+    p.add_argument("--gpu-util", action="store_true",
+                   help="sglang: read NVML's GPU and memory busy percentages through every round; reports each "
+                        "round's mean and the seconds at its head and tail with the GPU idle")
     p.add_argument("--logprob-only", action="store_true",
                    help="sglang: measure the rate with return_logprob only (the RL rollout's), not the one without")
     p.add_argument("--skip-hf", action="store_true", help="sglang: leave out HF generate (saves GPU minutes)")
@@ -382,6 +475,19 @@ def main() -> None:
         p.error(f"--engines: must be at least 1, got {args.engines}")
     if args.load_snapshot_interval is not None and args.load_snapshot_interval < 1:
         p.error(f"--load-snapshot-interval: must be at least 1 decode step, got {args.load_snapshot_interval}")
+    if args.scheduler_recv_interval is not None and args.scheduler_recv_interval < 1:
+        p.error(f"--scheduler-recv-interval: must be at least 1 decode step, got {args.scheduler_recv_interval}")
+    if args.profile_after_s < 0:
+        p.error(f"--profile-after-s: must be 0 or more seconds, got {args.profile_after_s}")
+    if args.profile_after_s and not args.profile_steps:
+        p.error("--profile-after-s: says when --profile-steps starts; give --profile-steps N too")
+    try:
+        extra = shlex.split(args.sglang_flags)
+    except ValueError as e:
+        p.error(f"--sglang-flags: {e}")
+    for token in [t for t in extra[:1] if not t.startswith("--")] + [t for t in extra if t.startswith("--")]:
+        if not token.startswith("--sglang-"):
+            p.error(f"--sglang-flags: expected flags spelled --sglang-NAME (slime's spelling), got {token!r}")
     if args.engines > 1 and args.profile_steps:
         p.error("--profile-steps profiles one server; leave out --engines")
     if args.engine == "sglang" and len(args.concurrency) != 1:

@@ -37,6 +37,11 @@ def test_gpu_recipe_parses_colocated_on_real_sglang_with_forced_lengths(tiny, tm
     (["--repeats", "0"], "--repeats: must be at least 1, got 0"),
     (["--profile-steps", "-1"], "--profile-steps: must be 0 (off) or more, got -1"),
     (["--load-snapshot-interval", "0"], "--load-snapshot-interval: must be at least 1 decode step, got 0"),
+    (["--scheduler-recv-interval", "0"], "--scheduler-recv-interval: must be at least 1 decode step, got 0"),
+    (["--profile-after-s", "3"], "--profile-after-s: says when --profile-steps starts; give --profile-steps N too"),
+    (["--profile-steps", "20", "--profile-after-s", "-1"], "--profile-after-s: must be 0 or more seconds, got -1.0"),
+    (["--sglang-flags", "--page-size 16"],
+     "--sglang-flags: expected flags spelled --sglang-NAME (slime's spelling), got '--page-size'"),
 ])
 def test_engine_throughput_bad_sglang_flags_exit_2_naming_the_flag(argv, message):
     import subprocess
@@ -58,15 +63,57 @@ def test_engine_throughput_server_flags_reach_sglang_under_its_own_names():
 
     base = dict(attention_backend="triton", no_cuda_graph=False, concurrency=[512], engines=2)
     default = engine_throughput.sglang_server_flags(argparse.Namespace(
-        **base, disable_radix_cache=False, load_snapshot_interval=None))
+        **base, disable_radix_cache=False, load_snapshot_interval=None, scheduler_recv_interval=None,
+        sglang_flags=""))
     ab = engine_throughput.sglang_server_flags(argparse.Namespace(
-        **base, disable_radix_cache=True, load_snapshot_interval=1000))
+        **base, disable_radix_cache=True, load_snapshot_interval=1000, scheduler_recv_interval=8,
+        sglang_flags="--sglang-page-size 16"))
     assert set(ab) - set(default) == {"--sglang-disable-radix-cache", "--sglang-load-snapshot-publish-interval",
-                                      "1000"}
+                                      "1000", "--sglang-scheduler-recv-interval", "8", "--sglang-page-size", "16"}
     sglang = passthrough_flags(ab, "sglang")
     assert "--disable-radix-cache" in sglang
     assert sglang[sglang.index("--load-snapshot-publish-interval") + 1] == "1000"
+    assert sglang[sglang.index("--scheduler-recv-interval") + 1] == "8"
+    assert sglang[sglang.index("--page-size") + 1] == "16"
     assert sglang[sglang.index("--cuda-graph-max-bs-decode") + 1] == "256"  # 512 requests over 2 engines
+
+
+def test_round_gpu_util_finds_the_idle_head_and_tail_of_a_round():
+    """Only samples inside the round count; the head runs to the first busy sample (>= 50%), the tail
+    from the last one."""
+    import engine_throughput
+
+    samples = [(0.9, 100, 90),  # before the round: left out
+               (1.0, 2, 0), (1.2, 80, 40), (1.4, 100, 60), (1.6, 30, 10), (1.8, 0, 0),
+               (2.1, 100, 1)]  # after it
+    util = engine_throughput.round_gpu_util(samples, 1.0, 2.0)
+    assert util == {"samples": 5, "gpu_busy_pct_mean": 42.4, "memory_busy_pct_mean": 22.0,
+                    "idle_head_s": 0.2, "idle_tail_s": 0.6}
+    # a round the GPU never worked through is idle from head to end
+    assert engine_throughput.round_gpu_util([(1.5, 10, 0)], 1.0, 2.0)["idle_head_s"] == 1.0
+    assert "error" in engine_throughput.round_gpu_util(samples, 3.0, 4.0)
+
+
+def test_gpu_sharing_counts_training_steps_cut_by_the_window_by_their_share_inside():
+    import gpu_sharing
+
+    spans = [(0.0, 1.0), (1.0, 3.0), (3.0, 3.5), (4.0, 5.0)]
+    # [0.5, 4.5]: half of the first, all of the second and third, half of the fourth
+    assert gpu_sharing.steps_within(spans, 0.5, 4.5) == 2.5 + 0.5
+    assert gpu_sharing.steps_within(spans, 5.0, 6.0) == 0.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--train-shape", "16by1024"], "--train-shape: expected BATCHxSEQ like 16x1024, got '16by1024'"),
+    (["--repeats", "0"], "--repeats: must be at least 1, got 0"),
+])
+def test_gpu_sharing_bad_flags_exit_2_naming_the_flag(argv, message):
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "gpu_sharing.py"
+    proc = subprocess.run([sys.executable, str(bench), *argv], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert message in proc.stderr
 
 
 def test_engine_profile_summary_counts_overlapping_kernels_once(tmp_path):
