@@ -324,6 +324,17 @@ def build_qwen3_0_6b_shape(out: Path) -> Path:
     return out
 
 
+def split_sglang_flags(text: str) -> list[str]:
+    """``--sglang-flags``' one quoted string as argv tokens; every flag must use slime's ``--sglang-*``
+    spelling (the rollout hands them to SGLang without the prefix). Raises ValueError naming the token."""
+    tokens = shlex.split(text)
+    names = [t for i, t in enumerate(tokens) if i == 0 or t.startswith("--")]  # a value never comes first
+    for name in names:
+        if not name.startswith("--sglang-"):
+            raise ValueError(f"expected flags spelled --sglang-NAME (slime's spelling), got {name!r}")
+    return tokens
+
+
 def sglang_server_flags(args) -> list[str]:
     """slime-style ``--sglang-*`` flags of the server(s) ``bench_sglang`` starts."""
     return [
@@ -335,7 +346,7 @@ def sglang_server_flags(args) -> list[str]:
           if args.load_snapshot_interval is not None else []),
         *(["--sglang-scheduler-recv-interval", str(args.scheduler_recv_interval)]
           if args.scheduler_recv_interval is not None else []),
-        *shlex.split(args.sglang_flags),
+        *split_sglang_flags(args.sglang_flags),
     ]
 
 
@@ -482,12 +493,9 @@ def main() -> None:
     if args.profile_after_s and not args.profile_steps:
         p.error("--profile-after-s: says when --profile-steps starts; give --profile-steps N too")
     try:
-        extra = shlex.split(args.sglang_flags)
+        split_sglang_flags(args.sglang_flags)
     except ValueError as e:
         p.error(f"--sglang-flags: {e}")
-    for token in [t for t in extra[:1] if not t.startswith("--")] + [t for t in extra if t.startswith("--")]:
-        if not token.startswith("--sglang-"):
-            p.error(f"--sglang-flags: expected flags spelled --sglang-NAME (slime's spelling), got {token!r}")
     if args.engines > 1 and args.profile_steps:
         p.error("--profile-steps profiles one server; leave out --engines")
     if args.engine == "sglang" and len(args.concurrency) != 1:

@@ -159,7 +159,8 @@ async def generate_ignore_eos(args, sample, sampling_params):
 
 
 def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_graph: bool = True,
-              attention_backend: str = "triton") -> list[str]:
+              attention_backend: str = "triton", sglang_flags: str = "") -> list[str]:
+    from engine_throughput import split_sglang_flags
     from slime_ref.rollout.servers import sglang_cuda_graph_flags, sglang_offline_gpu_flags
 
     r = GPU_RECIPE
@@ -179,16 +180,17 @@ def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_grap
         "--rollout-engine", "sglang", *sglang_offline_gpu_flags(attention_backend),
         # decode graphs for every batch size up to all 512 requests at once (the default stops at 256)
         *sglang_cuda_graph_flags(cuda_graph, max_bs_decode=r["prompts"] * r["samples_per_prompt"]),
+        *split_sglang_flags(sglang_flags),  # --sglang-flags: after the recipe's, so they win
         "--output-dir", str(out),
     ]
 
 
 def gpu_worker(kind: str, workdir: Path, steps: int, cuda_graph: bool = True,
-               attention_backend: str = "triton") -> dict:
+               attention_backend: str = "triton", sglang_flags: str = "") -> dict:
     r = GPU_RECIPE
     model, prompts = workdir / "model", workdir / "prompts.jsonl"
     if kind == "ours":
-        flags = gpu_flags(model, prompts, workdir / "ours", steps, cuda_graph, attention_backend)
+        flags = gpu_flags(model, prompts, workdir / "ours", steps, cuda_graph, attention_backend, sglang_flags)
         run = h.run_ours(flags, memory=True, gpu=True)
         result = step_summary(run, r["prompts"] * r["samples_per_prompt"])
         result.update(setup_s=round(run["setup_s"], 1), wall_s=round(run["wall_s"], 1), memory=run["memory"],
@@ -224,7 +226,7 @@ def spawn(kind: str, workdir: Path, steps: int, timeout_s: float, extra: list[st
 
 
 def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_run: bool, cuda_graph: bool,
-            attention_backend: str = "triton") -> dict:
+            attention_backend: str = "triton", sglang_flags: str = "") -> dict:
     import torch
 
     from slime_ref.arguments import parse_args
@@ -234,11 +236,11 @@ def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_
     model = build_model(workdir / "model", tiny.model_dir, small=dry_run)
     gpu_prompts(workdir, GPU_RECIPE["prompts"])
     args = parse_args(gpu_flags(model, workdir / "prompts.jsonl", workdir / "ours", steps, cuda_graph,
-                                attention_backend))
+                                attention_backend, sglang_flags))
     result = {"recipe": {**GPU_RECIPE, "model": "Qwen3-0.6B shapes, random bf16 weights" if not dry_run
                          else "dry run: 2 layers, hidden 64, Qwen3-0.6B's vocabulary",
                          "steps": steps, "trl_steps": trl_steps, "sglang_decode_cuda_graphs": cuda_graph,
-                         "sglang_attention_backend": attention_backend},
+                         "sglang_attention_backend": attention_backend, "sglang_flags": sglang_flags},
               "reference": TRL_GPU_REFERENCE}
     if dry_run:
         from slime_ref.utils.hooks import load_function
@@ -255,7 +257,8 @@ def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_
     if not torch.cuda.is_available():
         raise SystemExit("--gpu needs a CUDA device (or --dry-run)")
     result["gpu"] = torch.cuda.get_device_name()
-    extra = ["--attention-backend", attention_backend, *([] if cuda_graph else ["--no-cuda-graph"])]
+    extra = ["--attention-backend", attention_backend, "--sglang-flags", sglang_flags,
+             *([] if cuda_graph else ["--no-cuda-graph"])]
     for kind in trainers:
         result[kind] = spawn(kind, workdir, steps if kind == "ours" else trl_steps, timeout_s=3600, extra=extra)
     ours, trl = result.get("ours", {}), result.get("trl", {})
@@ -276,13 +279,24 @@ def main() -> None:
     p.add_argument("--no-cuda-graph", action="store_true", help="--gpu: SGLang without CUDA graphs (faster start)")
     p.add_argument("--attention-backend", default="triton",
                    help="--gpu: SGLang's attention backend (fa3 needs the pieces of gpu/make_fa3_pieces.sh)")
+    p.add_argument("--sglang-flags", default="", metavar="FLAGS",
+                   help="--gpu: more SGLang server flags for ours, in slime's --sglang-* spelling, one quoted string "
+                        "(e.g. \"--sglang-page-size 16\"); they come after the recipe's, so they win")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, default=None, help="where the run writes (default: a temp dir)")
     p.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     a = p.parse_args()
+    from engine_throughput import split_sglang_flags
+
+    try:
+        split_sglang_flags(a.sglang_flags)
+    except ValueError as e:
+        p.error(f"--sglang-flags: {e}")
+    if a.sglang_flags and not a.gpu and not a.worker:
+        p.error("--sglang-flags: the CPU recipe runs the built-in engine; use it with --gpu")
     if a.worker:
         result = gpu_worker(a.worker, a.workdir, a.num_rollout, cuda_graph=not a.no_cuda_graph,
-                            attention_backend=a.attention_backend)
+                            attention_backend=a.attention_backend, sglang_flags=a.sglang_flags)
         (a.workdir / f"{a.worker}.result.json").write_text(json.dumps(result))
         return
 
@@ -294,7 +308,7 @@ def main() -> None:
         trainers = [t.strip() for t in a.trainers.split(",") if t.strip()]
         out = {"bench": "grpo_step", "mode": "gpu",
                **run_gpu(workdir, a.num_rollout or 5, a.trl_steps, trainers, a.dry_run, not a.no_cuda_graph,
-                         a.attention_backend)}
+                         a.attention_backend, a.sglang_flags)}
     else:
         out = {"bench": "grpo_step", "mode": "cpu", **run_cpu(workdir, a.num_rollout or 20, a.seed)}
     import torch

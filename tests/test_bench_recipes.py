@@ -30,6 +30,39 @@ def test_gpu_recipe_parses_colocated_on_real_sglang_with_forced_lengths(tiny, tm
     argv = grpo_step.gpu_flags(tiny.model_dir, tiny.train_path, tmp_path, 4)
     assert argv.count("--sglang-cuda-graph-max-bs-decode") == 1
     assert args.sglang_extra["sglang_cuda_graph_max_bs_decode"] == "512"
+    # --sglang-flags come after the recipe's: a new one reaches SGLang, a repeated one replaces the recipe's
+    extra = parse_args(grpo_step.gpu_flags(tiny.model_dir, tiny.train_path, tmp_path, 4,
+                                           sglang_flags="--sglang-page-size 16 --sglang-mem-fraction-static 0.5"))
+    assert extra.sglang_extra["sglang_page_size"] == "16"
+    assert extra.sglang_extra["sglang_mem_fraction_static"] == "0.5"
+    assert args.sglang_extra["sglang_mem_fraction_static"] == "0.3" and "sglang_page_size" not in args.sglang_extra
+
+
+@pytest.mark.parametrize("text, bad", [("--page-size 16", "'--page-size'"), ("16", "'16'"),
+                                       ("--sglang-page-size 16 --mem 3", "'--mem'")])
+def test_sglang_flags_must_use_slimes_spelling(text, bad):
+    import engine_throughput
+
+    assert engine_throughput.split_sglang_flags("--sglang-page-size 16 --sglang-disable-radix-cache") == [
+        "--sglang-page-size", "16", "--sglang-disable-radix-cache"]
+    assert engine_throughput.split_sglang_flags("") == []
+    with pytest.raises(ValueError, match=f"expected flags spelled --sglang-NAME .*got {bad}"):
+        engine_throughput.split_sglang_flags(text)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpu", "--sglang-flags", "--page-size 16"],
+     "--sglang-flags: expected flags spelled --sglang-NAME (slime's spelling), got '--page-size'"),
+    (["--sglang-flags", "--sglang-page-size 16"],
+     "--sglang-flags: the CPU recipe runs the built-in engine; use it with --gpu"),
+])
+def test_grpo_step_bad_sglang_flags_exit_2_naming_the_flag(argv, message):
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "grpo_step.py"
+    proc = subprocess.run([sys.executable, str(bench), *argv], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert message in proc.stderr
 
 
 @pytest.mark.parametrize("argv, message", [
