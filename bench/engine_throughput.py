@@ -427,7 +427,8 @@ def bench_sglang(args) -> dict:
     return result
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (also how gpu_sharing.py gets this bench's default server flags)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--engine", choices=["builtin", "sglang"], default="builtin")
     p.add_argument("--concurrency", type=int, nargs="+", default=None,
@@ -473,6 +474,11 @@ def main() -> None:
     p.add_argument("--skip-hf", action="store_true", help="sglang: leave out HF generate (saves GPU minutes)")
     p.add_argument("--startup-timeout", type=float, default=480.0, help="sglang: seconds to wait for the server")
     p.add_argument("--work-dir", default=None, help="where models and logs go (default: a temp dir)")
+    return p
+
+
+def main() -> None:
+    p = build_parser()
     args = p.parse_args()
     if args.concurrency is None:
         args.concurrency = [256] if args.engine == "sglang" else [1, 8, 64]

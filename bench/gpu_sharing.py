@@ -1,10 +1,10 @@
 """Rollout and training sharing one GPU from two processes: does generation hide under training? Prints JSON.
 
 A GRPO step on one GPU runs its rollout, then its training: 6.3 s + 3.1 s on an H200
-(``grpo_step.py --gpu``). The rollout keeps the GPU busy for well under all of its time (SGLang's
-scheduler sets the pace), so training rollout N while rollout N+1 generates (slime's
-``train_async.py``) could hide most of the training, if two processes' kernels can share the GPU.
-Without MPS they do not run side by side, they take turns; this measures what taking turns costs.
+(``grpo_step.py --gpu``). Training on rollout N while rollout N+1 generates (slime's
+``train_async.py``) hides the training only as far as the rollout leaves the GPU idle and two
+processes' kernels can share it. Without MPS they take turns; under MPS they can run side by side.
+This measures what sharing gives (bench/README.md, 2026-12-04: 1.03x taking turns, 1.18x under MPS).
 
 Real SGLang serves the GRPO rollout's shape (512 requests, 13-token prompts, 512 new tokens,
 ``return_logprob``, Qwen3-0.6B shape, random bf16 weights) while a second process trains the same
@@ -114,7 +114,7 @@ def main() -> None:
     import torch
 
     sys.path.insert(0, str(HERE))
-    from engine_throughput import build_qwen3_0_6b_shape, engine_rate, sglang_server_flags
+    from engine_throughput import build_parser, build_qwen3_0_6b_shape, engine_rate, sglang_server_flags
     from slime_ref.rollout.servers import RolloutServers
 
     if not torch.cuda.is_available():
@@ -124,10 +124,8 @@ def main() -> None:
     requests, new_tokens = 512, 512
     rng = random.Random(0)
     prompts = [[rng.randrange(2, 30000) for _ in range(13)] for _ in range(requests)]
-    flags = sglang_server_flags(argparse.Namespace(
-        attention_backend=args.attention_backend, no_cuda_graph=False, concurrency=[requests], engines=1,
-        disable_radix_cache=False, load_snapshot_interval=None, scheduler_recv_interval=None,
-        sglang_flags=""))
+    flags = sglang_server_flags(build_parser().parse_args(
+        ["--engine", "sglang", "--concurrency", str(requests), "--attention-backend", args.attention_backend]))
     control = work / "trainer-control"
     control.mkdir(parents=True, exist_ok=True)
     for old in control.iterdir():
@@ -160,16 +158,17 @@ def main() -> None:
             proc.wait(timeout=120)
     spans = json.loads((control / "steps.json").read_text())
     step_alone_s = (train_to - train_from) / steps_within(spans, train_from, train_to)
+    alone_rate = statistics.median(r for _, _, r in alone)
+    rollout_alone_s = requests * new_tokens / alone_rate
     rounds = []
     for start, end, rate in shared:
         steps = steps_within(spans, start, end)
-        rollout_alone_s = requests * new_tokens / statistics.median(r for _, _, r in alone)
         rounds.append({"seconds": round(end - start, 3), "tokens_per_s": round(rate, 1),
                        "training_steps_done": round(steps, 2),
                        "overlap_gain": round((rollout_alone_s + steps * step_alone_s) / (end - start), 3)})
     result.update({
         "rollout_alone": {"rounds_tokens_per_s": [round(r, 1) for _, _, r in alone],
-                          "tokens_per_s": round(statistics.median(r for _, _, r in alone), 1)},
+                          "tokens_per_s": round(alone_rate, 1)},
         "training_alone": {"step_ms": round(step_alone_s * 1e3, 1),
                            "tokens_per_s": round(batch * seq / step_alone_s, 1)},
         "shared_rounds": rounds,

@@ -15,6 +15,14 @@ from slime_ref.utils.hooks import load_function
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 
+def run_bench(script: str, *argv: str):
+    """``python bench/SCRIPT ARGV...`` in a child process, its output captured."""
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / script
+    return subprocess.run([sys.executable, str(bench), *argv], capture_output=True, text=True, timeout=120)
+
+
 def test_gpu_recipe_parses_colocated_on_real_sglang_with_forced_lengths(tiny, tmp_path):
     import grpo_step
 
@@ -57,10 +65,7 @@ def test_sglang_flags_must_use_slimes_spelling(text, bad):
      "--sglang-flags: the CPU recipe runs the built-in engine; use it with --gpu"),
 ])
 def test_grpo_step_bad_sglang_flags_exit_2_naming_the_flag(argv, message):
-    import subprocess
-
-    bench = Path(__file__).resolve().parents[1] / "bench" / "grpo_step.py"
-    proc = subprocess.run([sys.executable, str(bench), *argv], capture_output=True, text=True, timeout=120)
+    proc = run_bench("grpo_step.py", *argv)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert message in proc.stderr
 
@@ -77,11 +82,7 @@ def test_grpo_step_bad_sglang_flags_exit_2_naming_the_flag(argv, message):
      "--sglang-flags: expected flags spelled --sglang-NAME (slime's spelling), got '--page-size'"),
 ])
 def test_engine_throughput_bad_sglang_flags_exit_2_naming_the_flag(argv, message):
-    import subprocess
-
-    bench = Path(__file__).resolve().parents[1] / "bench" / "engine_throughput.py"
-    proc = subprocess.run([sys.executable, str(bench), "--engine", "sglang", *argv],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_bench("engine_throughput.py", "--engine", "sglang", *argv)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert message in proc.stderr
 
@@ -141,10 +142,7 @@ def test_gpu_sharing_counts_training_steps_cut_by_the_window_by_their_share_insi
     (["--repeats", "0"], "--repeats: must be at least 1, got 0"),
 ])
 def test_gpu_sharing_bad_flags_exit_2_naming_the_flag(argv, message):
-    import subprocess
-
-    bench = Path(__file__).resolve().parents[1] / "bench" / "gpu_sharing.py"
-    proc = subprocess.run([sys.executable, str(bench), *argv], capture_output=True, text=True, timeout=120)
+    proc = run_bench("gpu_sharing.py", *argv)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert message in proc.stderr
 
