@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -335,6 +336,44 @@ def split_sglang_flags(text: str) -> list[str]:
     return tokens
 
 
+# SGLang's attention backend for the GPU benches (engine_throughput, grpo_step, gpu_sharing). flashinfer's
+# decode kernel reads the K/V cache faster than triton's: at 512 x 512 on one H200, 43.7k generated tok/s
+# against 36-38k (bench/README.md, "flashinfer attention"). Its kernels are compiled on the server's
+# first start (about 80 s more); triton needs no compiler.
+GPU_ATTENTION_BACKEND = "flashinfer"
+
+# What each backend needs beyond the slim wheel set, by package: the paths that must exist inside it.
+# flashinfer compiles its kernels against the CUDA headers it vendors (CCCL, CUTLASS, spdlog); without
+# them nvcc 13 takes the CUDA toolkit's newer CCCL and the decode kernel does not compile.
+_BACKEND_FILES = {
+    "flashinfer": ("flashinfer", ["data/cccl/libcudacxx/include", "data/cccl/cub", "data/cccl/thrust",
+                                  "data/cutlass/include", "data/spdlog/include"]),
+    "fa3": ("sgl_kernel", ["flash_ops.abi3.so"]),
+}
+_BACKEND_FIX = {
+    "flashinfer": "install the wheel groups of bench/gpu/make_wheels.sh, which keep flashinfer's headers",
+    "fa3": "install sglang-kernel with its FA3 library (bench/gpu/make_fa3_pieces.sh)",
+}
+
+
+def attention_backend_missing(backend: str) -> str | None:
+    """Why SGLang's ``backend`` cannot start with the installed packages, or None when nothing it is
+    known to need is missing (``triton`` needs nothing beyond SGLang)."""
+    if backend not in _BACKEND_FILES:
+        return None
+    package, paths = _BACKEND_FILES[backend]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return f"{backend} needs the {package} package, which is not installed; {_BACKEND_FIX[backend]}, " \
+               "or pass --attention-backend triton"
+    root = Path(next(iter(spec.submodule_search_locations)))
+    missing = [path for path in paths if not (root / path).exists()]
+    if missing:
+        return f"{backend} needs {', '.join(str(root / m) for m in missing)}, missing from this install; " \
+               f"{_BACKEND_FIX[backend]}, or pass --attention-backend triton"
+    return None
+
+
 def sglang_server_flags(args) -> list[str]:
     """slime-style ``--sglang-*`` flags of the server(s) ``bench_sglang`` starts."""
     return [
@@ -436,8 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--new-tokens", type=int, default=None, help="tokens per request (builtin 64, sglang 128)")
     p.add_argument("--prompt-tokens", type=int, default=64, help="sglang: random prompt length")
     p.add_argument("--no-cuda-graph", action="store_true", help="sglang: run decode without CUDA graphs")
-    p.add_argument("--attention-backend", default="triton",
-                   help="sglang: attention backend (fa3 needs the pieces of gpu/make_fa3_pieces.sh)")
+    p.add_argument("--attention-backend", default=GPU_ATTENTION_BACKEND,
+                   help="sglang: SGLang's attention backend: flashinfer (compiled on the first start), triton "
+                        "(no compiler needed) or fa3 (needs the pieces of gpu/make_fa3_pieces.sh)")
     p.add_argument("--repeats", type=int, default=3, help="sglang: rounds per rate; the median is reported")
     p.add_argument("--profile-steps", type=int, default=0,
                    help="sglang: after the rounds, profile one more round's first N forward passes (SGLang's "
@@ -506,6 +546,8 @@ def main() -> None:
         p.error("--profile-steps profiles one server; leave out --engines")
     if args.engine == "sglang" and len(args.concurrency) != 1:
         p.error(f"--concurrency: --engine sglang takes one level, got {len(args.concurrency)}")
+    if args.engine == "sglang" and (problem := attention_backend_missing(args.attention_backend)):
+        p.error(f"--attention-backend {args.attention_backend}: {problem}")
     if args.new_tokens is None:
         args.new_tokens = 128 if args.engine == "sglang" else 64
     result = bench_sglang(args) if args.engine == "sglang" else bench_builtin(args)

@@ -97,7 +97,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="rollout rounds alone, and rounds shared")
     p.add_argument("--train-alone-s", type=float, default=8.0, help="seconds the training runs alone")
     p.add_argument("--train-shape", default="16x1024", help="BATCHxSEQ tokens a training step")
-    p.add_argument("--attention-backend", default="triton", help="SGLang's attention backend")
+    p.add_argument("--attention-backend", default=None,
+                   help="SGLang's attention backend (default: engine_throughput.py's, flashinfer)")
     p.add_argument("--trainer", type=Path, default=None, help=argparse.SUPPRESS)  # the training process
     p.add_argument("--model", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -114,18 +115,27 @@ def main() -> None:
     import torch
 
     sys.path.insert(0, str(HERE))
-    from engine_throughput import build_parser, build_qwen3_0_6b_shape, engine_rate, sglang_server_flags
+    from engine_throughput import (
+        attention_backend_missing,
+        build_parser,
+        build_qwen3_0_6b_shape,
+        engine_rate,
+        sglang_server_flags,
+    )
     from slime_ref.rollout.servers import RolloutServers
 
+    requests, new_tokens = 512, 512
+    server_args = build_parser().parse_args(["--engine", "sglang", "--concurrency", str(requests)])
+    server_args.attention_backend = args.attention_backend or server_args.attention_backend
+    if problem := attention_backend_missing(server_args.attention_backend):
+        p.error(f"--attention-backend {server_args.attention_backend}: {problem}")
     if not torch.cuda.is_available():
         sys.exit("gpu_sharing: needs a CUDA GPU")
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="gpu-sharing-"))
     model_dir = build_qwen3_0_6b_shape(work / "qwen3-0.6b-shape")
-    requests, new_tokens = 512, 512
     rng = random.Random(0)
     prompts = [[rng.randrange(2, 30000) for _ in range(13)] for _ in range(requests)]
-    flags = sglang_server_flags(build_parser().parse_args(
-        ["--engine", "sglang", "--concurrency", str(requests), "--attention-backend", args.attention_backend]))
+    flags = sglang_server_flags(server_args)
     control = work / "trainer-control"
     control.mkdir(parents=True, exist_ok=True)
     for old in control.iterdir():

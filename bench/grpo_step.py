@@ -41,6 +41,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import grpo_harness as h  # noqa: E402
+from engine_throughput import GPU_ATTENTION_BACKEND, attention_backend_missing, split_sglang_flags  # noqa: E402
 
 GPU_RECIPE = dict(prompts=64, samples_per_prompt=8, new_tokens=512, lr=1e-6, trl_micro_batch=32,
                   max_tokens_per_gpu=16384)
@@ -159,8 +160,7 @@ async def generate_ignore_eos(args, sample, sampling_params):
 
 
 def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_graph: bool = True,
-              attention_backend: str = "triton", sglang_flags: str = "") -> list[str]:
-    from engine_throughput import split_sglang_flags
+              attention_backend: str = GPU_ATTENTION_BACKEND, sglang_flags: str = "") -> list[str]:
     from slime_ref.rollout.servers import sglang_cuda_graph_flags, sglang_offline_gpu_flags
 
     r = GPU_RECIPE
@@ -186,7 +186,7 @@ def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_grap
 
 
 def gpu_worker(kind: str, workdir: Path, steps: int, cuda_graph: bool = True,
-               attention_backend: str = "triton", sglang_flags: str = "") -> dict:
+               attention_backend: str = GPU_ATTENTION_BACKEND, sglang_flags: str = "") -> dict:
     r = GPU_RECIPE
     model, prompts = workdir / "model", workdir / "prompts.jsonl"
     if kind == "ours":
@@ -226,7 +226,7 @@ def spawn(kind: str, workdir: Path, steps: int, timeout_s: float, extra: list[st
 
 
 def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_run: bool, cuda_graph: bool,
-            attention_backend: str = "triton", sglang_flags: str = "") -> dict:
+            attention_backend: str = GPU_ATTENTION_BACKEND, sglang_flags: str = "") -> dict:
     import torch
 
     from slime_ref.arguments import parse_args
@@ -277,8 +277,9 @@ def main() -> None:
     p.add_argument("--trl-steps", type=int, default=3, help="--gpu: TRL's steps (the first is left out)")
     p.add_argument("--trainers", default="ours,trl", help="--gpu: comma-separated, of ours and trl")
     p.add_argument("--no-cuda-graph", action="store_true", help="--gpu: SGLang without CUDA graphs (faster start)")
-    p.add_argument("--attention-backend", default="triton",
-                   help="--gpu: SGLang's attention backend (fa3 needs the pieces of gpu/make_fa3_pieces.sh)")
+    p.add_argument("--attention-backend", default=GPU_ATTENTION_BACKEND,
+                   help="--gpu: SGLang's attention backend: flashinfer (compiled on the first start), triton (no "
+                        "compiler needed) or fa3 (needs the pieces of gpu/make_fa3_pieces.sh)")
     p.add_argument("--sglang-flags", default="", metavar="FLAGS",
                    help="--gpu: more SGLang server flags for ours, in slime's --sglang-* spelling, one quoted string "
                         "(e.g. \"--sglang-page-size 16\"); they come after the recipe's, so they win")
@@ -286,14 +287,15 @@ def main() -> None:
     p.add_argument("--workdir", type=Path, default=None, help="where the run writes (default: a temp dir)")
     p.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     a = p.parse_args()
-    from engine_throughput import split_sglang_flags
-
     try:
         split_sglang_flags(a.sglang_flags)
     except ValueError as e:
         p.error(f"--sglang-flags: {e}")
     if a.sglang_flags and not a.gpu and not a.worker:
         p.error("--sglang-flags: the CPU recipe runs the built-in engine; use it with --gpu")
+    if a.gpu and not a.dry_run and not a.worker and "ours" in a.trainers \
+            and (problem := attention_backend_missing(a.attention_backend)):
+        p.error(f"--attention-backend {a.attention_backend}: {problem}")
     if a.worker:
         result = gpu_worker(a.worker, a.workdir, a.num_rollout, cuda_graph=not a.no_cuda_graph,
                             attention_backend=a.attention_backend, sglang_flags=a.sglang_flags)

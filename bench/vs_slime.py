@@ -47,6 +47,9 @@ TE_FREE_FLAGS = ["--transformer-impl", "local", "--spec", "te_named_local_spec",
                  "--no-persist-layer-norm"]
 # slime-ref's own flags in grpo_step's recipe, which slime does not have
 OURS_ONLY = {"--rollout-engine", "--output-dir", "--custom-generate-function-path"}
+# SGLang's attention for both trainers: triton, because the real-slime set's flashinfer comes without the
+# CUDA headers its kernels compile against (bench/gpu/make_slime_set.sh)
+ATTENTION_BACKEND = "triton"
 PARITY = dict(prompts=64, samples=8, response_tokens=64, seed=0)
 R = grpo_step.GPU_RECIPE
 GENERATED_PER_STEP = R["prompts"] * R["samples_per_prompt"] * R["new_tokens"]
@@ -79,7 +82,8 @@ def without(argv: list[str], names: set[str]) -> list[str]:
 
 
 def slime_speed_argv(workdir: Path, slime_dir: Path, steps: int, te_free: bool) -> list[str]:
-    ours = grpo_step.gpu_flags(workdir / "model", workdir / "prompts.jsonl", workdir / "ours", steps)
+    ours = grpo_step.gpu_flags(workdir / "model", workdir / "prompts.jsonl", workdir / "ours", steps,
+                               attention_backend=ATTENTION_BACKEND)
     return [*model_args(slime_dir), *without(ours, OURS_ONLY), "--load", str(workdir / "model"),
             "--num-gpus-per-node", "1", "--custom-generate-function-path", "vs_slime.slime_generate_ignore_eos",
             *(TE_FREE_FLAGS if te_free else [])]
@@ -288,7 +292,8 @@ def main() -> None:
             result["slime"] = slime_speed_summary(run) if run["returncode"] == 0 else run
         if "ours" in trainers:
             with ours_path():
-                result["ours"] = grpo_step.spawn("ours", a.workdir, a.steps, timeout_s=a.timeout, extra=[])
+                result["ours"] = grpo_step.spawn("ours", a.workdir, a.steps, timeout_s=a.timeout,
+                                                 extra=["--attention-backend", ATTENTION_BACKEND])
         slime_step = result.get("slime", {}).get("median_step_s")
         ours_step = result.get("ours", {}).get("median_step_s")
         if slime_step and ours_step:

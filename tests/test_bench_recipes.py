@@ -15,12 +15,30 @@ from slime_ref.utils.hooks import load_function
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 
-def run_bench(script: str, *argv: str):
-    """``python bench/SCRIPT ARGV...`` in a child process, its output captured."""
+def run_bench(script: str, *argv: str, pythonpath: Path | None = None):
+    """``python bench/SCRIPT ARGV...`` in a child process, its output captured; ``pythonpath`` goes
+    first on the child's import path."""
+    import os
     import subprocess
 
     bench = Path(__file__).resolve().parents[1] / "bench" / script
-    return subprocess.run([sys.executable, str(bench), *argv], capture_output=True, text=True, timeout=120)
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, str(bench), *argv], capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
+def headerless_flashinfer(root: Path, with_headers: bool = False) -> Path:
+    """A ``flashinfer`` package as the slim wheel set installs it (no vendored CUDA headers), or
+    with them; ``root`` is the folder to put first on the import path."""
+    (root / "flashinfer").mkdir(parents=True)
+    (root / "flashinfer" / "__init__.py").write_text("")
+    if with_headers:
+        for path in ["data/cccl/libcudacxx/include", "data/cccl/cub", "data/cccl/thrust", "data/cutlass/include",
+                     "data/spdlog/include"]:
+            (root / "flashinfer" / path).mkdir(parents=True)
+    return root
 
 
 def test_gpu_recipe_parses_colocated_on_real_sglang_with_forced_lengths(tiny, tmp_path):
@@ -30,7 +48,7 @@ def test_gpu_recipe_parses_colocated_on_real_sglang_with_forced_lengths(tiny, tm
     assert args.colocate and args.rollout_engine == "sglang" and args.bf16
     assert args.rollout_batch_size * args.n_samples_per_prompt == args.global_batch_size == 512
     assert args.rollout_max_response_len == 512 and args.sglang_server_concurrency == 512
-    assert args.sglang_extra["sglang_attention_backend"] == "triton"
+    assert args.sglang_extra["sglang_attention_backend"] == "flashinfer"  # the GPU benches' default
     assert load_function(args.custom_generate_function_path, "x") is grpo_step.generate_ignore_eos
     fa3 = parse_args(grpo_step.gpu_flags(tiny.model_dir, tiny.train_path, tmp_path, 4, attention_backend="fa3"))
     assert fa3.sglang_extra["sglang_attention_backend"] == "fa3"  # --attention-backend reaches SGLang
@@ -85,6 +103,42 @@ def test_engine_throughput_bad_sglang_flags_exit_2_naming_the_flag(argv, message
     proc = run_bench("engine_throughput.py", "--engine", "sglang", *argv)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert message in proc.stderr
+
+
+def test_attention_backend_missing_names_what_each_backend_lacks(tmp_path, monkeypatch):
+    """flashinfer compiles its kernels against the CUDA headers its wheel vendors; the slim set once
+    dropped them, and SGLang then died at CUDA-graph capture minutes into its start."""
+    import engine_throughput
+
+    monkeypatch.syspath_prepend(str(headerless_flashinfer(tmp_path / "slim")))
+    problem = engine_throughput.attention_backend_missing("flashinfer")
+    root = tmp_path / "slim" / "flashinfer"
+    assert problem == (f"flashinfer needs {root}/data/cccl/libcudacxx/include, {root}/data/cccl/cub, "
+                       f"{root}/data/cccl/thrust, {root}/data/cutlass/include, {root}/data/spdlog/include, "
+                       "missing from this install; install the wheel groups of bench/gpu/make_wheels.sh, which "
+                       "keep flashinfer's headers, or pass --attention-backend triton")
+    assert engine_throughput.attention_backend_missing("triton") is None  # needs nothing beyond SGLang
+    monkeypatch.syspath_prepend(str(headerless_flashinfer(tmp_path / "whole", with_headers=True)))
+    assert engine_throughput.attention_backend_missing("flashinfer") is None
+    (tmp_path / "whole" / "sgl_kernel").mkdir()
+    (tmp_path / "whole" / "sgl_kernel" / "__init__.py").write_text("")
+    assert engine_throughput.attention_backend_missing("fa3") == (
+        f"fa3 needs {tmp_path}/whole/sgl_kernel/flash_ops.abi3.so, missing from this install; install "
+        "sglang-kernel with its FA3 library (bench/gpu/make_fa3_pieces.sh), or pass --attention-backend triton")
+    (tmp_path / "whole" / "sgl_kernel" / "flash_ops.abi3.so").write_bytes(b"")
+    assert engine_throughput.attention_backend_missing("fa3") is None
+
+
+@pytest.mark.parametrize("script, argv", [
+    ("engine_throughput.py", ["--engine", "sglang"]),
+    ("grpo_step.py", ["--gpu"]),
+    ("gpu_sharing.py", []),
+])
+def test_gpu_benches_refuse_a_flashinfer_without_its_headers_before_starting(script, argv, tmp_path):
+    proc = run_bench(script, *argv, pythonpath=headerless_flashinfer(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--attention-backend flashinfer: flashinfer needs " in proc.stderr
+    assert "or pass --attention-backend triton" in proc.stderr
 
 
 def test_engine_throughput_server_flags_reach_sglang_under_its_own_names():
@@ -195,7 +249,9 @@ def test_vs_slime_gives_slime_only_its_own_flags_and_both_the_same_work(tiny, tm
     flags = dict(slime)
     assert flags["--num-layers"] == ["28"] and flags["--spec"] == ["te_named_local_spec", "te_named_local_spec"]
     assert flags["--custom-generate-function-path"] == ["vs_slime.slime_generate_ignore_eos"]
-    ours = dict(split_flags(grpo_step.gpu_flags(tmp_path / "model", tmp_path / "prompts.jsonl", tmp_path / "o", 4)))
+    ours = dict(split_flags(grpo_step.gpu_flags(tmp_path / "model", tmp_path / "prompts.jsonl", tmp_path / "o", 4,
+                                                attention_backend=vs_slime.ATTENTION_BACKEND)))
+    assert flags["--sglang-attention-backend"] == ours["--sglang-attention-backend"] == ["triton"]
     for flag, values in ours.items():
         if flag not in vs_slime.OURS_ONLY:
             assert flags[flag] == values, flag

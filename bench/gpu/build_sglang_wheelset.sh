@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Build the slim offline wheel set (about 52 MiB, 38 wheels) that starts real SGLang 0.5.15.post1 on
+# Build the slim offline wheel set (about 62 MiB, 38 wheels) that starts real SGLang 0.5.15.post1 on
 # a CUDA 13 GPU machine with no network, whose Python 3.12 already has torch 2.11.0 (SGLang's pin),
 # triton, aiohttp, numpy and the other common packages. Run it where PyPI is reachable (about 650 MB
 # of downloads), carry the folder over, then on the GPU machine:
 #
 #   python -m pip install --no-index --no-deps --target /tmp/sglang-site OUT/*.whl
 #   export PYTHONPATH=/tmp/sglang-site:$PYTHONPATH
-#   python -m sglang.launch_server --model-path DIR --attention-backend triton \
+#   python -m sglang.launch_server --model-path DIR --attention-backend flashinfer \
 #       --sampling-backend pytorch --grammar-backend none --skip-server-warmup ...
+#
+# (or --attention-backend triton, which compiles nothing at start-up).
 #
 # What makes it small (measured on an H200, see the repository's notes on offline SGLang):
 #   sglang-kernel 0.4.4   615 MB -> ~16 MiB: without flash_ops (FA3), flashmla_ops and sm100/;
-#                         the triton attention backend never loads them.
-#   flashinfer 0.6.12     13 MiB -> ~4 MiB: without the bundled cutlass/cccl/spdlog headers
-#                         (sglang's sampler imports flashinfer, so it must be present).
+#                         the flashinfer and triton attention backends never load them.
+#   flashinfer 0.6.12     13 MiB, whole: its attention kernels are compiled on the server's first
+#                         start against the CUDA headers it vendors (CCCL, CUTLASS, spdlog); without
+#                         them nvcc 13.0 takes the toolkit's newer CCCL and the decode kernel fails
+#                         to compile. SGLang's sampler imports flashinfer whatever the backend.
 #   sglang 0.5.15.post1   12 MiB -> ~8 MiB: without multimodal_gen/ and the gRPC extension.
 #   transformers 5.12.1 + tokenizers 0.22.2 (SGLang's pin; 5.17 breaks start-up with
 #   "'qwen3_asr' is already used by a Transformers config").
@@ -53,8 +57,7 @@ repack() { wheeltools repack "$@"; }
 one() { ls "$WORK"/$1 | head -n 1; }
 repack "$(one 'sglang_kernel-0.4.4-*.whl')" "$OUT/$(basename "$(one 'sglang_kernel-0.4.4-*.whl')")" \
   'sgl_kernel/flash_ops*.so' 'sgl_kernel/flashmla_ops*.so' 'sgl_kernel/sm100/*'
-repack "$(one 'flashinfer_python-0.6.12-*.whl')" "$OUT/$(basename "$(one 'flashinfer_python-0.6.12-*.whl')")" \
-  'flashinfer/data/cutlass/*' 'flashinfer/data/cccl/*' 'flashinfer/data/spdlog/*'
+cp "$(one 'flashinfer_python-0.6.12-*.whl')" "$OUT/"
 repack "$(one 'sglang-0.5.15.post1-*.whl')" "$OUT/$(basename "$(one 'sglang-0.5.15.post1-*.whl')")" \
   'sglang/multimodal_gen/*' 'sglang/srt/grpc/_core*.so'
 
