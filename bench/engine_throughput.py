@@ -69,18 +69,27 @@ def without_flag(flags: list[str], name: str) -> list[str]:
     return out
 
 
-async def engine_rate(url: str | list[str], prompts: list[list[int]], new_tokens: int, return_logprob: bool) -> float:
-    """Send all prompts at once (dealt round-robin over the engines of a list); output tokens per
-    second of wall time."""
+async def engine_rate(url: str | list[str], prompts: list[list[int]], new_tokens: int, return_logprob: bool,
+                      prompts_per_request: int = 1) -> float:
+    """Send all prompts at once (dealt round-robin over the engines of a list), each in its own
+    /generate or ``prompts_per_request`` of them in one (SGLang's batched form, as the GRPO rollout
+    sends a prompt's samples); output tokens per second of wall time."""
     params = {"temperature": 1.0, "max_new_tokens": new_tokens, "ignore_eos": True}
     urls = [url] if isinstance(url, str) else url
+    requests = [prompts[i:i + prompts_per_request] for i in range(0, len(prompts), prompts_per_request)]
     async with contextlib.AsyncExitStack() as stack:
-        clients = [await stack.enter_async_context(SGLangClient(u, max_connections=len(prompts) + 8)) for u in urls]
+        clients = [await stack.enter_async_context(SGLangClient(u, max_connections=len(requests) + 8)) for u in urls]
+
+        async def send(i: int, batch: list[list[int]]) -> list:
+            client = clients[i % len(clients)]
+            if prompts_per_request == 1:
+                return [await client.generate(batch[0], params, return_logprob=return_logprob)]
+            return await client.generate_batch(batch, params, return_logprob=return_logprob)
+
         start = time.perf_counter()
-        outs = await asyncio.gather(*[clients[i % len(clients)].generate(p, params, return_logprob=return_logprob)
-                                      for i, p in enumerate(prompts)])
+        answers = await asyncio.gather(*[send(i, batch) for i, batch in enumerate(requests)])
         elapsed = time.perf_counter() - start
-    tokens = sum(len(o.output_ids) for o in outs)
+    tokens = sum(len(o.output_ids) for answer in answers for o in answer)
     assert tokens == new_tokens * len(prompts), "every request must run to --new-tokens"
     return tokens / elapsed
 
@@ -156,7 +165,7 @@ def round_gpu_util(samples: list[tuple[float, int, int]], start: float, end: flo
 
 
 async def profiled_round(url: str, prompts: list[list[int]], new_tokens: int, out_dir: Path, steps: int,
-                         after_s: float = 0.0) -> Path:
+                         after_s: float = 0.0, prompts_per_request: int = 1) -> Path:
     """One more round under SGLang's torch profiler (CPU and GPU) for ``steps`` forward passes: the
     round's first ones (the prefill and the first decode steps, while requests still arrive), or,
     with ``after_s``, those that start ``after_s`` seconds into the round, when every request is in
@@ -175,9 +184,9 @@ async def profiled_round(url: str, prompts: list[list[int]], new_tokens: int, ou
 
     if after_s <= 0:
         await start()
-        await engine_rate(url, prompts, new_tokens, True)
+        await engine_rate(url, prompts, new_tokens, True, prompts_per_request)
     else:
-        round_ = asyncio.ensure_future(engine_rate(url, prompts, new_tokens, True))
+        round_ = asyncio.ensure_future(engine_rate(url, prompts, new_tokens, True, prompts_per_request))
         await asyncio.sleep(after_s)
         await start()
         await round_
@@ -193,13 +202,14 @@ async def profiled_round(url: str, prompts: list[list[int]], new_tokens: int, ou
     raise SystemExit(f"engine_throughput: --profile-steps: no trace in {out_dir} 120 s after the profiled round")
 
 
-async def host_profiled_round(url: str, prompts: list[list[int]], new_tokens: int, sample_dir: Path) -> float:
+async def host_profiled_round(url: str, prompts: list[list[int]], new_tokens: int, sample_dir: Path,
+                              prompts_per_request: int = 1) -> float:
     """One more round with log-probs while every server process samples its Python stacks
     (``pysample/sitecustomize.py``); returns the round's rate. The samples are written when it ends."""
     on = sample_dir / "on"
     on.touch()
     try:
-        return await engine_rate(url, prompts, new_tokens, True)
+        return await engine_rate(url, prompts, new_tokens, True, prompts_per_request)
     finally:
         on.unlink()
 
@@ -406,6 +416,7 @@ def bench_sglang(args) -> dict:
               "radix_cache": not args.disable_radix_cache,
               "load_snapshot_publish_interval": args.load_snapshot_interval,
               "scheduler_recv_interval": args.scheduler_recv_interval, "sglang_flags": args.sglang_flags,
+              "prompts_per_request": args.prompts_per_request,
               "tokens_per_s": {}}
     env = {}
     if args.host_profile:
@@ -442,7 +453,8 @@ def bench_sglang(args) -> dict:
             for _ in range(args.repeats):
                 with GpuUtilSampler() if args.gpu_util else contextlib.nullcontext() as sampler:
                     start = time.time()
-                    rounds.append(round(asyncio.run(engine_rate(url, prompts, args.new_tokens, logprob)), 1))
+                    rounds.append(round(asyncio.run(engine_rate(url, prompts, args.new_tokens, logprob,
+                                                                args.prompts_per_request)), 1))
                     end = time.time()
                 if sampler is not None:
                     util.append(round_gpu_util(sampler.samples, start, end))
@@ -452,11 +464,11 @@ def bench_sglang(args) -> dict:
                 result.setdefault("rounds_gpu_util", {})[name] = util
         if args.profile_steps:
             trace = asyncio.run(profiled_round(url, prompts, args.new_tokens, work / "profile",
-                                               args.profile_steps, args.profile_after_s))
+                                               args.profile_steps, args.profile_after_s, args.prompts_per_request))
             result["profile"] = {"steps": args.profile_steps, "after_s": args.profile_after_s,
                                  **gpu_busy_summary(trace)}
         if args.host_profile:
-            rate = asyncio.run(host_profiled_round(url, prompts, args.new_tokens, sample_dir))
+            rate = asyncio.run(host_profiled_round(url, prompts, args.new_tokens, sample_dir, args.prompts_per_request))
             result["host_profile"] = {"round_tokens_per_s": round(rate, 1), **host_profile_summary(sample_dir)}
     if args.skip_hf:
         return result
@@ -506,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sglang-flags", default="", metavar="FLAGS",
                    help="sglang: more server flags in slime's --sglang-* spelling, one quoted string, e.g. "
                         "\"--sglang-page-size 16\" (each reaches SGLang without its sglang- prefix)")
+    p.add_argument("--prompts-per-request", type=int, default=1, metavar="N",
+                   help="sglang: send the prompts N to a /generate (SGLang's batched form; the GRPO rollout sends "
+                        "a prompt's samples so, 8 at a time in grpo_step.py --gpu) instead of one each")
     p.add_argument("--gpu-util", action="store_true",
                    help="sglang: read NVML's GPU and memory busy percentages through every round; reports each "
                         "round's mean and the seconds at its head and tail with the GPU idle")
@@ -542,6 +557,8 @@ def main() -> None:
         split_sglang_flags(args.sglang_flags)
     except ValueError as e:
         p.error(f"--sglang-flags: {e}")
+    if args.prompts_per_request < 1:
+        p.error(f"--prompts-per-request: must be at least 1, got {args.prompts_per_request}")
     if args.engines > 1 and args.profile_steps:
         p.error("--profile-steps profiles one server; leave out --engines")
     if args.engine == "sglang" and len(args.concurrency) != 1:

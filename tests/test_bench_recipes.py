@@ -96,6 +96,7 @@ def test_grpo_step_bad_sglang_flags_exit_2_naming_the_flag(argv, message):
     (["--scheduler-recv-interval", "0"], "--scheduler-recv-interval: must be at least 1 decode step, got 0"),
     (["--profile-after-s", "3"], "--profile-after-s: says when --profile-steps starts; give --profile-steps N too"),
     (["--profile-steps", "20", "--profile-after-s", "-1"], "--profile-after-s: must be 0 or more seconds, got -1.0"),
+    (["--prompts-per-request", "0"], "--prompts-per-request: must be at least 1, got 0"),
     (["--sglang-flags", "--page-size 16"],
      "--sglang-flags: expected flags spelled --sglang-NAME (slime's spelling), got '--page-size'"),
 ])
@@ -139,6 +140,37 @@ def test_gpu_benches_refuse_a_flashinfer_without_its_headers_before_starting(scr
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--attention-backend flashinfer: flashinfer needs " in proc.stderr
     assert "or pass --attention-backend triton" in proc.stderr
+
+
+def test_engine_rate_sends_prompts_per_request_in_sglangs_batched_form(tiny, tmp_path, monkeypatch):
+    """--prompts-per-request N: N prompts to a /generate, as the GRPO rollout sends a group, the last
+    request holding what is left; every prompt still runs to its length (engine_rate checks)."""
+    import asyncio
+
+    import engine_throughput
+    from slime_ref.rollout.servers import RolloutServers
+    from slime_ref.rollout.sglang_client import SGLangClient
+
+    sent: list[int] = []
+    one, batch = SGLangClient.generate, SGLangClient.generate_batch
+
+    async def generate(self, input_ids, *a, **kw):
+        sent.append(1)
+        return await one(self, input_ids, *a, **kw)
+
+    async def generate_batch(self, input_ids, *a, **kw):
+        sent.append(len(input_ids))
+        return await batch(self, input_ids, *a, **kw)
+
+    monkeypatch.setattr(SGLangClient, "generate", generate)
+    monkeypatch.setattr(SGLangClient, "generate_batch", generate_batch)
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12], [13], [14, 15]]
+    with RolloutServers(tiny.model_dir, log_dir=tmp_path) as servers:
+        assert asyncio.run(engine_throughput.engine_rate(servers.url, prompts, 3, True)) > 0
+        assert sent == [1] * 5
+        sent.clear()
+        assert asyncio.run(engine_throughput.engine_rate(servers.url, prompts, 3, True, prompts_per_request=2)) > 0
+        assert sorted(sent) == [1, 2, 2]
 
 
 def test_engine_throughput_server_flags_reach_sglang_under_its_own_names():
