@@ -334,3 +334,65 @@ def test_grpo_step_summary_takes_phases_from_the_timed_rollouts_only():
     assert [s["outside_phases_s"] for s in out["steps"]] == [0.5, 0.5, 2.0]
     assert out["phase_median_s"]["outside_phases"] == 0.5
     assert out["tokens_per_s"]["generated_per_rollout_s"] == round(32 / 6.0, 1)  # 4 tokens x 8 samples
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+
+
+def test_speed_targets_of_the_final_run_are_the_readmes_figures():
+    """bench/README.md's final-run tables (2026-12-03), recomputed from the processes' own JSON."""
+    import speed_targets
+
+    out = speed_targets.main(["--results", str(RESULTS / "gpu-final-h200-2026-12-03.json")])
+    train = out["training"]
+    assert train["8x1024"]["ours_tokens_per_s"] == {"each": [79581, 78079, 74807], "median": 78079, "spread": 0.0611}
+    assert train["8x1024"]["ours_over_hf"] == 1.682 and train["8x1024"]["ours_mfu"]["median"] == 0.3883
+    assert train["8x1024"]["targets"] == {"ratio_at_least_1.2": True, "mfu_at_least_30pct": True,
+                                          "spread_under_5pct": False}
+    assert train["4x2048"]["ours_over_hf"] == 1.568 and train["4x2048"]["ours_tokens_per_s"]["spread"] == 0.0485
+    assert all(train["4x2048"]["targets"].values())
+    assert train["2x4096"]["ours_over_hf"] == 1.357 and "targets" not in train["2x4096"]  # reported, not judged
+    grpo = out["grpo_step"]
+    assert grpo["ours_step_s"]["median"] == 9.458 and grpo["ours_step_s"]["spread"] == 0.0905
+    assert grpo["trl_step_s"]["median"] == 21.713 and grpo["trl_step_s"]["spread"] == 0.1848
+    assert grpo["ours_over_trl"] == 0.436
+    assert grpo["ours_rollout_tokens_per_s"]["median"] == 41718.8
+    assert grpo["ours_rollout_fraction_of_memory_bound_limit"] == 0.298
+    assert grpo["targets"] == {"at_most_a_third_of_trl": False, "rollout_at_least_55k": False}
+
+
+def test_speed_targets_judge_the_rollout_on_three_engine_processes(tmp_path):
+    import speed_targets
+
+    processes = json.loads((RESULTS / "gpu-rollout-flashinfer-h200-2026-12-04.json").read_text())["processes"]
+    files = []
+    for p in processes:
+        if p["attention_backend"] == "flashinfer" and p["order"] >= 5:  # the alternated set
+            files.append(tmp_path / f"e{p['order']}.json")
+            files[-1].write_text(json.dumps(p))
+    out = speed_targets.main(["--rollout", *map(str, files)])["rollout"]
+    assert out["tokens_per_s"] == {"each": [43557.5, 44512.2, 43713.8], "median": 43713.8, "spread": 0.0218}
+    assert out["attention_backend"] == ["flashinfer"] and out["fraction_of_memory_bound_limit"] == 0.313
+    assert out["targets"] == {"at_least_55k": False}
+
+
+def test_speed_targets_bad_input_exits_2_naming_the_file(tmp_path):
+    one = json.loads((RESULTS / "gpu-rollout-flashinfer-h200-2026-12-04.json").read_text())["processes"][0]
+    paths = []
+    for i, concurrency in enumerate([512, 512, 256]):
+        paths.append(tmp_path / f"e{i}.json")
+        paths[-1].write_text(json.dumps({**one, "concurrency": concurrency}))
+    (tmp_path / "bad.json").write_text("{not json")
+    cases = [
+        (["--rollout", *map(str, paths[:2])],
+         "--rollout: the targets are medians of at least 3 separate processes, got 2"),
+        (["--rollout", *map(str, paths)], f"{paths[2]}: the rollout target is for"),
+        (["--grpo", str(tmp_path / "missing.json")], f"{tmp_path / 'missing.json'}: no such file"),
+        (["--train", str(tmp_path / "bad.json")], f"{tmp_path / 'bad.json'}: not JSON"),
+        (["--grpo", *map(str, paths)], f"{paths[0]}: no ours.median_step_s"),
+        ([], "give --train, --rollout and/or --grpo files"),
+    ]
+    for argv, message in cases:
+        proc = run_bench("speed_targets.py", *argv)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, argv
+        assert message in proc.stderr, (argv, proc.stderr)
