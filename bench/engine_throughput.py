@@ -352,36 +352,35 @@ def split_sglang_flags(text: str) -> list[str]:
 # first start (about 80 s more); triton needs no compiler.
 GPU_ATTENTION_BACKEND = "flashinfer"
 
-# What each backend needs beyond the slim wheel set, by package: the paths that must exist inside it.
-# flashinfer compiles its kernels against the CUDA headers it vendors (CCCL, CUTLASS, spdlog); without
-# them nvcc 13 takes the CUDA toolkit's newer CCCL and the decode kernel does not compile.
-_BACKEND_FILES = {
+# What each backend needs beyond the slim wheel set: the package, the paths that must exist inside it,
+# and how to get them. flashinfer compiles its kernels against the CUDA headers it vendors (CCCL,
+# CUTLASS, spdlog); without them nvcc 13 takes the CUDA toolkit's newer CCCL and the decode kernel
+# does not compile.
+_BACKEND_NEEDS = {
     "flashinfer": ("flashinfer", ["data/cccl/libcudacxx/include", "data/cccl/cub", "data/cccl/thrust",
-                                  "data/cutlass/include", "data/spdlog/include"]),
-    "fa3": ("sgl_kernel", ["flash_ops.abi3.so"]),
-}
-_BACKEND_FIX = {
-    "flashinfer": "install the wheel groups of bench/gpu/make_wheels.sh, which keep flashinfer's headers",
-    "fa3": "install sglang-kernel with its FA3 library (bench/gpu/make_fa3_pieces.sh)",
+                                  "data/cutlass/include", "data/spdlog/include"],
+                   "install the wheel groups of bench/gpu/make_wheels.sh, which keep flashinfer's headers"),
+    "fa3": ("sgl_kernel", ["flash_ops.abi3.so"],
+            "install sglang-kernel with its FA3 library (bench/gpu/make_fa3_pieces.sh)"),
 }
 
 
 def attention_backend_missing(backend: str) -> str | None:
     """Why SGLang's ``backend`` cannot start with the installed packages, or None when nothing it is
     known to need is missing (``triton`` needs nothing beyond SGLang)."""
-    if backend not in _BACKEND_FILES:
+    if backend not in _BACKEND_NEEDS:
         return None
-    package, paths = _BACKEND_FILES[backend]
+    package, paths, fix = _BACKEND_NEEDS[backend]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        return f"{backend} needs the {package} package, which is not installed; {_BACKEND_FIX[backend]}, " \
-               "or pass --attention-backend triton"
-    root = Path(next(iter(spec.submodule_search_locations)))
-    missing = [path for path in paths if not (root / path).exists()]
-    if missing:
-        return f"{backend} needs {', '.join(str(root / m) for m in missing)}, missing from this install; " \
-               f"{_BACKEND_FIX[backend]}, or pass --attention-backend triton"
-    return None
+        what = f"the {package} package, which is not installed"
+    else:
+        root = Path(next(iter(spec.submodule_search_locations)))
+        missing = [str(root / path) for path in paths if not (root / path).exists()]
+        if not missing:
+            return None
+        what = f"{', '.join(missing)}, missing from this install"
+    return f"{backend} needs {what}; {fix}, or pass --attention-backend triton"
 
 
 def sglang_server_flags(args) -> list[str]:

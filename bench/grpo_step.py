@@ -293,7 +293,8 @@ def main() -> None:
         p.error(f"--sglang-flags: {e}")
     if a.sglang_flags and not a.gpu and not a.worker:
         p.error("--sglang-flags: the CPU recipe runs the built-in engine; use it with --gpu")
-    if a.gpu and not a.dry_run and not a.worker and "ours" in a.trainers \
+    trainers = [t.strip() for t in a.trainers.split(",") if t.strip()]
+    if a.gpu and not a.dry_run and not a.worker and "ours" in trainers \
             and (problem := attention_backend_missing(a.attention_backend)):
         p.error(f"--attention-backend {a.attention_backend}: {problem}")
     if a.worker:
@@ -307,7 +308,6 @@ def main() -> None:
     load_before = os.getloadavg()
     started = time.perf_counter()
     if a.gpu:
-        trainers = [t.strip() for t in a.trainers.split(",") if t.strip()]
         out = {"bench": "grpo_step", "mode": "gpu",
                **run_gpu(workdir, a.num_rollout or 5, a.trl_steps, trainers, a.dry_run, not a.no_cuda_graph,
                          a.attention_backend, a.sglang_flags)}

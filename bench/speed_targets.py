@@ -66,14 +66,19 @@ def _field(process: dict, source: str, *keys: str):
     return value
 
 
+def each(processes: list[tuple[str, dict]], *keys: str) -> list:
+    """The field at ``keys`` of every process."""
+    return [_field(p, src, *keys) for src, p in processes]
+
+
 def training(processes: list[tuple[str, dict]]) -> dict:
     """``train_throughput.py`` outputs, one per process: per shape, ours and HF's tok/s and MFU."""
     shapes = [shape for shape in _field(processes[0][1], processes[0][0], "results")]
     out = {}
     for shape in shapes:
-        ours = [_field(p, src, "results", shape, "ours", "tokens_per_s") for src, p in processes]
-        hf = [_field(p, src, "results", shape, "hf_sdpa", "tokens_per_s") for src, p in processes]
-        mfu = [_field(p, src, "results", shape, "ours", "mfu") for src, p in processes]
+        ours = each(processes, "results", shape, "ours", "tokens_per_s")
+        hf = each(processes, "results", shape, "hf_sdpa", "tokens_per_s")
+        mfu = each(processes, "results", shape, "ours", "mfu")
         ratio = statistics.median(ours) / statistics.median(hf)
         row = {"ours_tokens_per_s": figure(ours, 1), "hf_sdpa_tokens_per_s": figure(hf, 1),
                "ours_over_hf": round(ratio, 3), "ours_mfu": figure(mfu)}
@@ -87,13 +92,12 @@ def training(processes: list[tuple[str, dict]]) -> dict:
 
 def rollout(processes: list[tuple[str, dict]]) -> dict:
     """``engine_throughput.py --engine sglang`` outputs at the GRPO rollout's shape, one per process."""
-    rates, backends = [], set()
     for src, p in processes:
         shape = {key: _field(p, src, key) for key in ROLLOUT_SHAPE}
         if shape != ROLLOUT_SHAPE:
             raise BadInput(f"{src}: the rollout target is for {ROLLOUT_SHAPE}, this process ran {shape}")
-        rates.append(_field(p, src, "tokens_per_s", "return_logprob"))
-        backends.add(_field(p, src, "attention_backend"))
+    rates = each(processes, "tokens_per_s", "return_logprob")
+    backends = set(each(processes, "attention_backend"))
     limit = roofline_limit()
     median = statistics.median(rates)
     return {"attention_backend": sorted(backends), "tokens_per_s": figure(rates, 1),
@@ -103,16 +107,16 @@ def rollout(processes: list[tuple[str, dict]]) -> dict:
 
 def grpo(processes: list[tuple[str, dict]]) -> dict:
     """``grpo_step.py --gpu`` outputs, both trainers in each process."""
-    ours = [_field(p, src, "ours", "median_step_s") for src, p in processes]
-    trl = [_field(p, src, "trl", "median_step_s") for src, p in processes]
-    rollout_rates = [_field(p, src, "ours", "tokens_per_s", "generated_per_rollout_s") for src, p in processes]
+    ours = each(processes, "ours", "median_step_s")
+    trl = each(processes, "trl", "median_step_s")
+    rollout_rates = each(processes, "ours", "tokens_per_s", "generated_per_rollout_s")
     ratio = statistics.median(ours) / statistics.median(trl)
     rollout_median = statistics.median(rollout_rates)
     return {"ours_step_s": figure(ours, 3), "trl_step_s": figure(trl, 3), "ours_over_trl": round(ratio, 3),
             "ours_rollout_tokens_per_s": figure(rollout_rates, 1),
-            "ours_rollout_s": figure([_field(p, src, "ours", "phase_median_s", "rollout") for src, p in processes], 3),
-            "ours_train_s": figure([_field(p, src, "ours", "phase_median_s", "train") for src, p in processes], 3),
-            "ours_setup_s": figure([_field(p, src, "ours", "setup_s") for src, p in processes], 1),
+            "ours_rollout_s": figure(each(processes, "ours", "phase_median_s", "rollout"), 3),
+            "ours_train_s": figure(each(processes, "ours", "phase_median_s", "train"), 3),
+            "ours_setup_s": figure(each(processes, "ours", "setup_s"), 1),
             "ours_rollout_fraction_of_memory_bound_limit": round(rollout_median / roofline_limit(), 3),
             "targets": {"at_most_a_third_of_trl": ratio <= GRPO_RATIO,
                         "rollout_at_least_55k": rollout_median >= ROLLOUT_TOKENS_PER_S}}
