@@ -442,7 +442,9 @@ def bench_sglang(args) -> dict:
             urls.append(servers.url)
         url = urls if len(urls) > 1 else urls[0]
         result["startup_s"] = round(time.perf_counter() - start, 1)
-        asyncio.run(engine_rate(url, prompts[:8], 8, True))  # warm up
+        # warm up at the rounds' own batch (8 tokens each): on a machine's first start flashinfer
+        # compiles its kernels for the batch's shapes here, not in the first timed round
+        asyncio.run(engine_rate(url, prompts, 8, True, args.prompts_per_request))
         # Each rate is the median of --repeats rounds in this process (every round listed): one
         # round moves with the host, and a round's first requests still meet cold paths.
         result["rounds_tokens_per_s"] = {}
