@@ -376,6 +376,21 @@ def test_speed_targets_judge_the_rollout_on_three_engine_processes(tmp_path):
     assert out["targets"] == {"at_least_55k": False}
 
 
+def test_speed_targets_report_but_do_not_judge_fewer_than_three_processes(tmp_path):
+    processes = json.loads((RESULTS / "gpu-final-h200-2026-12-03.json").read_text())["train_throughput"]["processes"]
+    files = []
+    for i, p in enumerate(processes[:2]):
+        files.append(tmp_path / f"tt{i}.json")
+        files[-1].write_text(json.dumps(p))
+    import speed_targets
+
+    train = speed_targets.main(["--train", *map(str, files)])["training"]
+    assert train["8x1024"]["ours_tokens_per_s"]["each"] == [79581, 78079]
+    assert train["8x1024"]["targets"] == train["4x2048"]["targets"] == {
+        "not_judged": "2 processes; the targets need at least 3"}
+    assert "targets" not in train["2x4096"]
+
+
 def test_speed_targets_bad_input_exits_2_naming_the_file(tmp_path):
     one = json.loads((RESULTS / "gpu-rollout-flashinfer-h200-2026-12-04.json").read_text())["processes"][0]
     paths = []
@@ -384,8 +399,6 @@ def test_speed_targets_bad_input_exits_2_naming_the_file(tmp_path):
         paths[-1].write_text(json.dumps({**one, "concurrency": concurrency}))
     (tmp_path / "bad.json").write_text("{not json")
     cases = [
-        (["--rollout", *map(str, paths[:2])],
-         "--rollout: the targets are medians of at least 3 separate processes, got 2"),
         (["--rollout", *map(str, paths)], f"{paths[2]}: the rollout target is for"),
         (["--grpo", str(tmp_path / "missing.json")], f"{tmp_path / 'missing.json'}: no such file"),
         (["--train", str(tmp_path / "bad.json")], f"{tmp_path / 'bad.json'}: not JSON"),
@@ -396,3 +409,52 @@ def test_speed_targets_bad_input_exits_2_naming_the_file(tmp_path):
         proc = run_bench("speed_targets.py", *argv)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, argv
         assert message in proc.stderr, (argv, proc.stderr)
+
+
+FINAL_RUN = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "final_run.sh"
+
+
+def final_run(tmp_path: Path, *jobs: str, call_s: int = 585, out: Path | None = None):
+    """final_run.sh with a python3 on PATH that records its arguments (the benches need a GPU)."""
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "python3"
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls.txt"}\n')
+    shim.chmod(0o755)
+    if out is None:
+        out = tmp_path / "out"
+        out.mkdir(exist_ok=True)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
+           "CALL_S": str(call_s)}
+    proc = subprocess.run(["bash", str(FINAL_RUN), *jobs], capture_output=True, text=True, env=env, timeout=60)
+    calls = (tmp_path / "calls.txt").read_text().splitlines() if (tmp_path / "calls.txt").exists() else []
+    log = (out / "final_run.log").read_text() if (out / "final_run.log").exists() else ""
+    return proc, calls, log
+
+
+def test_final_run_runs_each_job_as_its_bench_with_the_order_alternated(tmp_path):
+    proc, calls, log = final_run(tmp_path, "t1", "t2", "e1", "g1")
+    assert proc.returncode == 0, proc.stderr
+    assert [c.split()[0] for c in calls] == ["bench/train_throughput.py", "bench/train_throughput.py",
+                                             "bench/engine_throughput.py", "bench/grpo_step.py"]
+    assert "--variants ours,hf_sdpa" in calls[0] and "--variants hf_sdpa,ours" in calls[1]
+    assert "--concurrency 512 --prompt-tokens 13 --new-tokens 512" in calls[2] and "--gpu-util" in calls[2]
+    assert "--gpu --workdir /tmp/final-run-g1" in calls[3]
+    assert [line.split(" rc=")[0] for line in log.splitlines() if " rc=" in line] == ["t1", "t2", "e1", "g1"]
+
+
+def test_final_run_skips_a_job_the_call_has_no_time_left_for(tmp_path):
+    proc, calls, log = final_run(tmp_path, "t1", "g1", call_s=100)
+    assert proc.returncode == 0 and len(calls) == 1 and calls[0].startswith("bench/train_throughput.py")
+    assert "g1 skipped:" in log and "it takes about 330 s" in log
+
+
+def test_final_run_bad_input_exits_2_before_running_anything(tmp_path):
+    proc, calls, _ = final_run(tmp_path, "t1", "x9")
+    assert proc.returncode == 2 and calls == []
+    assert "unknown job 'x9'; jobs are eN (rollout), tN (training), gN (GRPO step), tests" in proc.stderr
+    proc, calls, _ = final_run(tmp_path, "t1", out=tmp_path / "missing")
+    assert proc.returncode == 2 and calls == [] and "$OUT must be a folder" in proc.stderr
