@@ -376,6 +376,28 @@ def test_speed_targets_judge_the_rollout_on_three_engine_processes(tmp_path):
     assert out["targets"] == {"at_least_55k": False}
 
 
+def test_speed_targets_of_the_flashinfer_final_run():
+    """bench/README.md's 2026-12-04 final run: training and rollout over 3 processes, judged; the GRPO
+    step over the 2 that ran, reported but not judged."""
+    import speed_targets
+
+    out = speed_targets.main(["--results", str(RESULTS / "gpu-final-h200-2026-12-04.json")])
+    train = out["training"]
+    assert train["8x1024"]["ours_tokens_per_s"] == {"each": [78482, 77123, 77691], "median": 77691, "spread": 0.0175}
+    assert train["8x1024"]["ours_over_hf"] == 1.672 and train["8x1024"]["ours_mfu"]["median"] == 0.3864
+    assert all(train["8x1024"]["targets"].values()) and all(train["4x2048"]["targets"].values())
+    assert train["4x2048"]["ours_over_hf"] == 1.544 and train["4x2048"]["ours_tokens_per_s"]["spread"] == 0.0217
+    assert train["2x4096"]["ours_over_hf"] == 1.435 and train["2x4096"]["ours_tokens_per_s"]["spread"] == 0.0618
+    roll = out["rollout"]
+    assert roll["tokens_per_s"] == {"each": [43679.8, 45370.6, 46054.5], "median": 45370.6, "spread": 0.0523}
+    assert roll["attention_backend"] == ["flashinfer"] and roll["fraction_of_memory_bound_limit"] == 0.325
+    assert roll["targets"] == {"at_least_55k": False}
+    grpo = out["grpo_step"]
+    assert grpo["ours_step_s"]["each"] == [8.8813, 8.8463] and grpo["trl_step_s"]["each"] == [27.243, 29.581]
+    assert grpo["ours_over_trl"] == 0.312 and grpo["ours_rollout_tokens_per_s"]["median"] == 46577.5
+    assert grpo["targets"] == {"not_judged": "2 processes; the targets need at least 3"}
+
+
 def test_speed_targets_report_but_do_not_judge_fewer_than_three_processes(tmp_path):
     processes = json.loads((RESULTS / "gpu-final-h200-2026-12-03.json").read_text())["train_throughput"]["processes"]
     files = []
