@@ -36,6 +36,7 @@ JUDGED_SHAPES = ("8x1024", "4x2048")
 ROLLOUT_TOKENS_PER_S = 55_000
 ROLLOUT_SHAPE = {"concurrency": 512, "prompt_tokens": 13, "new_tokens": 512}  # grpo_step.py --gpu's rollout
 GRPO_RATIO = 1 / 3
+MIN_PROCESSES = 3  # fewer: the figures are reported, the targets not judged
 
 
 class BadInput(ValueError):
@@ -72,6 +73,14 @@ def each(processes: list[tuple[str, dict]], *keys: str) -> list:
     return [_field(p, src, *keys) for src, p in processes]
 
 
+def verdict(targets: dict[str, bool], processes: int) -> dict:
+    """The targets' verdicts, or why there are none: fewer than MIN_PROCESSES processes."""
+    if processes >= MIN_PROCESSES:
+        return targets
+    return {"not_judged": f"{processes} process{'es' if processes != 1 else ''}; the targets need at least "
+                          f"{MIN_PROCESSES}"}
+
+
 def training(processes: list[tuple[str, dict]]) -> dict:
     """``train_throughput.py`` outputs, one per process: per shape, ours and HF's tok/s and MFU."""
     shapes = [shape for shape in _field(processes[0][1], processes[0][0], "results")]
@@ -84,9 +93,9 @@ def training(processes: list[tuple[str, dict]]) -> dict:
         row = {"ours_tokens_per_s": figure(ours, 1), "hf_sdpa_tokens_per_s": figure(hf, 1),
                "ours_over_hf": round(ratio, 3), "ours_mfu": figure(mfu)}
         if shape in JUDGED_SHAPES:
-            row["targets"] = {"ratio_at_least_1.2": ratio >= TRAIN_RATIO,
-                              "mfu_at_least_30pct": statistics.median(mfu) >= TRAIN_MFU,
-                              "spread_under_5pct": spread(ours) < MAX_SPREAD}
+            row["targets"] = verdict({"ratio_at_least_1.2": ratio >= TRAIN_RATIO,
+                                      "mfu_at_least_30pct": statistics.median(mfu) >= TRAIN_MFU,
+                                      "spread_under_5pct": spread(ours) < MAX_SPREAD}, len(processes))
         out[shape] = row
     return out
 
@@ -103,7 +112,7 @@ def rollout(processes: list[tuple[str, dict]]) -> dict:
     median = statistics.median(rates)
     return {"attention_backend": sorted(backends), "tokens_per_s": figure(rates, 1),
             "fraction_of_memory_bound_limit": round(median / limit, 3), "limit_tokens_per_s": round(limit, 1),
-            "targets": {"at_least_55k": median >= ROLLOUT_TOKENS_PER_S}}
+            "targets": verdict({"at_least_55k": median >= ROLLOUT_TOKENS_PER_S}, len(processes))}
 
 
 def grpo(processes: list[tuple[str, dict]]) -> dict:
@@ -119,8 +128,8 @@ def grpo(processes: list[tuple[str, dict]]) -> dict:
             "ours_train_s": figure(each(processes, "ours", "phase_median_s", "train"), 3),
             "ours_setup_s": figure(each(processes, "ours", "setup_s"), 1),
             "ours_rollout_fraction_of_memory_bound_limit": round(rollout_median / roofline_limit(), 3),
-            "targets": {"at_most_a_third_of_trl": ratio <= GRPO_RATIO,
-                        "rollout_at_least_55k": rollout_median >= ROLLOUT_TOKENS_PER_S}}
+            "targets": verdict({"at_most_a_third_of_trl": ratio <= GRPO_RATIO,
+                                "rollout_at_least_55k": rollout_median >= ROLLOUT_TOKENS_PER_S}, len(processes))}
 
 
 def load(path: Path) -> dict:
@@ -147,27 +156,14 @@ def from_results(path: Path) -> dict[str, list[tuple[str, dict]]]:
     return parts
 
 
-MIN_PROCESSES = 3
-
-
-def not_judged(figures: dict, processes: int) -> dict:
-    """Fewer processes than a target needs: the figures stand, every verdict is replaced by why not."""
-    reason = f"{processes} process{'es' if processes != 1 else ''}; the targets need at least {MIN_PROCESSES}"
-    rows = [figures] if "targets" in figures else figures.values()  # training: one row per shape
-    for row in rows:
-        if "targets" in row:
-            row["targets"] = {"not_judged": reason}
-    return figures
-
-
 def summarize(parts: dict[str, list[tuple[str, dict]]]) -> dict:
-    """Each part's figures; a part of fewer than MIN_PROCESSES processes is reported but not judged."""
     out = {"bench": "speed_targets", "processes": {part: [src for src, _ in ps] for part, ps in parts.items()}}
-    for part, key, judge in (("train", "training", training), ("rollout", "rollout", rollout),
-                             ("grpo", "grpo_step", grpo)):
-        if part in parts:
-            figures = judge(parts[part])
-            out[key] = figures if len(parts[part]) >= MIN_PROCESSES else not_judged(figures, len(parts[part]))
+    if "train" in parts:
+        out["training"] = training(parts["train"])
+    if "rollout" in parts:
+        out["rollout"] = rollout(parts["rollout"])
+    if "grpo" in parts:
+        out["grpo_step"] = grpo(parts["grpo"])
     return out
 
 
