@@ -142,6 +142,49 @@ def test_start_profile_sends_sglangs_profile_request_once():
                                           "activities": ["CPU", "GPU"]})]
 
 
+def test_answers_are_read_as_the_servers_wrote_them():
+    """orjson reads the answers; what it refuses (NaN and -Infinity, as Python's json and so the
+    built-in engine's server write them) still arrives as floats, and a body that is not JSON at all
+    is a named error, not a retry."""
+    import math
+
+    answers = {
+        "/generate": web.Response(text='{"text": "", "output_ids": [4, 5], "meta_info": {"finish_reason": '
+                                  '{"type": "length", "length": 2}, "output_token_logprobs": '
+                                  '[[-Infinity, 4, null], [NaN, 5, null]]}}', content_type="application/json"),
+        "/model_info": web.Response(body=b'{"model_path": "/m/\xc3\xa9", "weight_version": "3"}'),
+        "/server_info": web.Response(text="<html>proxy error</html>"),
+        "/get_load": web.Response(body=b"\xff\xfe not utf-8"),
+    }
+    hits = []
+
+    async def handler(request):
+        hits.append(request.path)
+        return answers[request.path]
+
+    async def go():
+        url, runner = await serve(handler)
+        try:
+            async with SGLangClient(url, retries=2, backoff_s=0.01) as c:
+                out = await c.generate([1], {"max_new_tokens": 2})
+                info = await c.get_model_info()
+                errors = []
+                for call in (c.get_server_info, c.get_load):
+                    with pytest.raises(EngineError) as err:
+                        await call()
+                    errors.append(err.value)
+                return url, out, info, errors
+        finally:
+            await runner.cleanup()
+
+    url, out, info, errors = asyncio.run(go())
+    assert out.output_ids == [4, 5] and out.output_log_probs[0] == -math.inf and math.isnan(out.output_log_probs[1])
+    assert info == {"model_path": "/m/\u00e9", "weight_version": "3"}
+    assert errors[0].url == f"{url}/server_info" and "non-JSON: '<html>proxy error</html>'" in str(errors[0])
+    assert errors[1].url == f"{url}/get_load" and "non-JSON" in str(errors[1])
+    assert hits == ["/generate", "/model_info", "/server_info", "/get_load"]  # a 200 is not retried
+
+
 def test_a_client_belongs_to_one_event_loop():
     client = SGLangClient(f"http://127.0.0.1:{allocate_port()}", retries=0)
     asyncio.run(client.health())
