@@ -458,14 +458,16 @@ def final_run(tmp_path: Path, *jobs: str, call_s: int = 585, out: Path | None = 
 
 
 def test_final_run_runs_each_job_as_its_bench_with_the_order_alternated(tmp_path):
-    proc, calls, log = final_run(tmp_path, "t1", "t2", "e1", "g1")
+    proc, calls, log = final_run(tmp_path, "t1", "t2", "e1", "g1", "http")
     assert proc.returncode == 0, proc.stderr
     assert [c.split()[0] for c in calls] == ["bench/train_throughput.py", "bench/train_throughput.py",
-                                             "bench/engine_throughput.py", "bench/grpo_step.py"]
+                                             "bench/engine_throughput.py", "bench/grpo_step.py",
+                                             "bench/rollout_http.py", "bench/rollout_http.py"]
     assert "--variants ours,hf_sdpa" in calls[0] and "--variants hf_sdpa,ours" in calls[1]
     assert "--concurrency 512 --prompt-tokens 13 --new-tokens 512" in calls[2] and "--gpu-util" in calls[2]
     assert "--gpu --workdir /tmp/final-run-g1" in calls[3]
-    assert [line.split(" rc=")[0] for line in log.splitlines() if " rc=" in line] == ["t1", "t2", "e1", "g1"]
+    assert "--build-answers" not in calls[4] and calls[5].endswith("--prompts-per-request 1 8 64 --build-answers")
+    assert [line.split(" rc=")[0] for line in log.splitlines() if " rc=" in line] == ["t1", "t2", "e1", "g1", "http"]
 
 
 def test_final_run_skips_a_job_the_call_has_no_time_left_for(tmp_path):
@@ -477,6 +479,36 @@ def test_final_run_skips_a_job_the_call_has_no_time_left_for(tmp_path):
 def test_final_run_bad_input_exits_2_before_running_anything(tmp_path):
     proc, calls, _ = final_run(tmp_path, "t1", "x9")
     assert proc.returncode == 2 and calls == []
-    assert "unknown job 'x9'; jobs are eN (rollout), tN (training), gN (GRPO step), tests" in proc.stderr
+    assert "unknown job 'x9'; jobs are eN (rollout), tN (training), gN (GRPO step), tests, http" in proc.stderr
     proc, calls, _ = final_run(tmp_path, "t1", out=tmp_path / "missing")
     assert proc.returncode == 2 and calls == [] and "$OUT must be a folder" in proc.stderr
+
+
+@pytest.mark.parametrize("build", [[], ["--build-answers"]])
+def test_rollout_http_moves_every_answer_and_stops_its_server(build):
+    import psutil
+
+    proc = run_bench("rollout_http.py", "--prompts", "12", "--new-tokens", "6", "--rounds", "2",
+                     "--prompts-per-request", "1", "5", *build)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["server_builds_answers"] is bool(build)
+    # 5 a request: two of 5 and one of 2, each answered with as many results as it sent prompts
+    # (the bench exits 1 when a round's tokens or requests fall short)
+    assert list(result["by_prompts_per_request"]) == ["1", "5"]
+    for figures in result["by_prompts_per_request"].values():
+        assert len(figures["rounds"]) == 2
+        for r in figures["rounds"]:
+            assert 0 <= r["head_s"] <= r["round_s"] and 0 <= r["tail_s"] <= r["round_s"]
+    assert result["parse_s"]["answer_bytes"] > 6 * 20  # each token's [logprob, id, null] is in the answer
+    assert not psutil.pid_exists(result["server_pid"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompts-per-request", "0"], "--prompts-per-request: each must be at least 1, got 0"),
+    (["--rounds", "0"], "--rounds: must be at least 1, got 0"),
+    (["--new-tokens", "-1"], "--new-tokens: must be at least 1, got -1"),
+])
+def test_rollout_http_bad_input_exits_2_naming_the_flag(argv, message):
+    proc = run_bench("rollout_http.py", *argv)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

@@ -6,6 +6,9 @@
 #   bash bench/gpu/final_run.sh g1 t2        # tN     train_throughput, ours first for odd N, HF first for even
 #   bash bench/gpu/final_run.sh g2 e2        # gN     grpo_step.py --gpu, ours then TRL
 #   bash bench/gpu/final_run.sh tests        # tests  the GPU tests (pytest -m gpu)
+#   bash bench/gpu/final_run.sh http         # http   rollout_http.py on the host's CPUs (no GPU): the HTTP
+#                                            #        and JSON share of a round, answers pre-serialized
+#                                            #        (http.json) and built per request (http-built.json)
 #
 # A device call stops at 10 minutes and whatever runs then is lost, so a job starts only when the
 # call has its usual duration left (CALL_S, default 585 s, counted from this script's start; the
@@ -27,14 +30,14 @@ started=$SECONDS
 
 expected_s() {  # a job's usual duration on a machine whose first SGLang start is done
   case $1 in
-    e[0-9]*) echo 130 ;; t[0-9]*) echo 70 ;; g[0-9]*) echo 330 ;; tests) echo 300 ;;
+    e[0-9]*) echo 130 ;; t[0-9]*) echo 70 ;; g[0-9]*) echo 330 ;; tests) echo 300 ;; http) echo 40 ;;
   esac
 }
 
 for job in "$@"; do
   need=$(expected_s "$job")
   if [ -z "$need" ]; then
-    echo "final_run.sh: unknown job '$job'; jobs are eN (rollout), tN (training), gN (GRPO step), tests" >&2
+    echo "final_run.sh: unknown job '$job'; jobs are eN (rollout), tN (training), gN (GRPO step), tests, http" >&2
     exit 2
   fi
 done
@@ -58,6 +61,10 @@ for job in "$@"; do
           >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
     tests) timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_megatron_gpu.py \
              tests/test_sglang_gpu.py >"/tmp/final-run-$job.err" 2>&1 ;;
+    http) timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 64 >"$OUT/http.json" \
+            2>"/tmp/final-run-$job.err" &&
+          timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 64 --build-answers \
+            >"$OUT/http-built.json" 2>>"/tmp/final-run-$job.err" ;;
   esac
   rc=$?
   { echo "$job rc=$rc $((SECONDS - t0)) s, done at $(date +%T)"
