@@ -164,6 +164,30 @@ def round_gpu_util(samples: list[tuple[float, int, int]], start: float, end: flo
     }
 
 
+def timed_rounds(url: str | list[str], prompts: list[list[int]], new_tokens: int,
+                 kinds: tuple[tuple[str, bool], ...], repeats: int, prompts_per_request: int,
+                 gpu_util: bool = False) -> dict:
+    """``repeats`` rounds of every kind (name, return_logprob): each kind's rate is the median of its
+    rounds in this process, every round listed (one round moves with the host, and a round's first
+    requests still meet cold paths); with ``gpu_util``, NVML's reading of each round too."""
+    out: dict = {"tokens_per_s": {}, "rounds_tokens_per_s": {}}
+    for name, logprob in kinds:
+        rounds, util = [], []
+        for _ in range(repeats):
+            with GpuUtilSampler() if gpu_util else contextlib.nullcontext() as sampler:
+                start = time.time()
+                rate = asyncio.run(engine_rate(url, prompts, new_tokens, logprob, prompts_per_request))
+                rounds.append(round(rate, 1))
+                end = time.time()
+            if sampler is not None:
+                util.append(round_gpu_util(sampler.samples, start, end))
+        out["rounds_tokens_per_s"][name] = rounds
+        out["tokens_per_s"][name] = statistics.median(rounds)
+        if util:
+            out.setdefault("rounds_gpu_util", {})[name] = util
+    return out
+
+
 async def profiled_round(url: str, prompts: list[list[int]], new_tokens: int, out_dir: Path, steps: int,
                          after_s: float = 0.0, prompts_per_request: int = 1) -> Path:
     """One more round under SGLang's torch profiler (CPU and GPU) for ``steps`` forward passes: the
@@ -415,8 +439,7 @@ def bench_sglang(args) -> dict:
               "radix_cache": not args.disable_radix_cache,
               "load_snapshot_publish_interval": args.load_snapshot_interval,
               "scheduler_recv_interval": args.scheduler_recv_interval, "sglang_flags": args.sglang_flags,
-              "prompts_per_request": args.prompts_per_request,
-              "tokens_per_s": {}}
+              "prompts_per_request": args.prompts_per_request[0]}
     env = {}
     if args.host_profile:
         sample_dir = work / "host-profile"
@@ -444,32 +467,22 @@ def bench_sglang(args) -> dict:
         result["startup_s"] = round(time.perf_counter() - start, 1)
         # warm up at the rounds' own batch (8 tokens each): on a machine's first start flashinfer
         # compiles its kernels for the batch's shapes here, not in the first timed round
-        asyncio.run(engine_rate(url, prompts, 8, True, args.prompts_per_request))
-        # Each rate is the median of --repeats rounds in this process (every round listed): one
-        # round moves with the host, and a round's first requests still meet cold paths.
-        result["rounds_tokens_per_s"] = {}
+        first = args.prompts_per_request[0]
+        asyncio.run(engine_rate(url, prompts, 8, True, first))
         kinds = (("return_logprob", True),) if args.logprob_only else (("return_logprob", True), ("no_logprob", False))
-        for name, logprob in kinds:
-            rounds, util = [], []
-            for _ in range(args.repeats):
-                with GpuUtilSampler() if args.gpu_util else contextlib.nullcontext() as sampler:
-                    start = time.time()
-                    rounds.append(round(asyncio.run(engine_rate(url, prompts, args.new_tokens, logprob,
-                                                                args.prompts_per_request)), 1))
-                    end = time.time()
-                if sampler is not None:
-                    util.append(round_gpu_util(sampler.samples, start, end))
-            result["rounds_tokens_per_s"][name] = rounds
-            result["tokens_per_s"][name] = statistics.median(rounds)
-            if util:
-                result.setdefault("rounds_gpu_util", {})[name] = util
+        for n in args.prompts_per_request:
+            rates = timed_rounds(url, prompts, args.new_tokens, kinds, args.repeats, n, args.gpu_util)
+            if n == first:  # the figures speed_targets.py reads: the first value's
+                result.update(rates)
+            if len(args.prompts_per_request) > 1:
+                result.setdefault("by_prompts_per_request", {})[str(n)] = rates
         if args.profile_steps:
             trace = asyncio.run(profiled_round(url, prompts, args.new_tokens, work / "profile",
-                                               args.profile_steps, args.profile_after_s, args.prompts_per_request))
+                                               args.profile_steps, args.profile_after_s, first))
             result["profile"] = {"steps": args.profile_steps, "after_s": args.profile_after_s,
                                  **gpu_busy_summary(trace)}
         if args.host_profile:
-            rate = asyncio.run(host_profiled_round(url, prompts, args.new_tokens, sample_dir, args.prompts_per_request))
+            rate = asyncio.run(host_profiled_round(url, prompts, args.new_tokens, sample_dir, first))
             result["host_profile"] = {"round_tokens_per_s": round(rate, 1), **host_profile_summary(sample_dir)}
     if args.skip_hf:
         return result
@@ -519,9 +532,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sglang-flags", default="", metavar="FLAGS",
                    help="sglang: more server flags in slime's --sglang-* spelling, one quoted string, e.g. "
                         "\"--sglang-page-size 16\" (each reaches SGLang without its sglang- prefix)")
-    p.add_argument("--prompts-per-request", type=int, default=1, metavar="N",
+    p.add_argument("--prompts-per-request", type=int, nargs="+", default=[1], metavar="N",
                    help="sglang: send the prompts N to a /generate (SGLang's batched form; the GRPO rollout sends "
-                        "a prompt's samples so, 8 at a time in grpo_step.py --gpu) instead of one each")
+                        "a prompt's samples so, 8 at a time in grpo_step.py --gpu) instead of one each; several "
+                        "values are measured one after another on the one server (by_prompts_per_request), the "
+                        "first giving the top-level figures, the warm-up and the profiles")
     p.add_argument("--gpu-util", action="store_true",
                    help="sglang: read NVML's GPU and memory busy percentages through every round; reports each "
                         "round's mean and the seconds at its head and tail with the GPU idle")
@@ -558,8 +573,9 @@ def main() -> None:
         split_sglang_flags(args.sglang_flags)
     except ValueError as e:
         p.error(f"--sglang-flags: {e}")
-    if args.prompts_per_request < 1:
-        p.error(f"--prompts-per-request: must be at least 1, got {args.prompts_per_request}")
+    args.prompts_per_request = list(dict.fromkeys(args.prompts_per_request))  # each value once, in order
+    if min(args.prompts_per_request) < 1:
+        p.error(f"--prompts-per-request: each must be at least 1, got {min(args.prompts_per_request)}")
     if args.engines > 1 and args.profile_steps:
         p.error("--profile-steps profiles one server; leave out --engines")
     if args.engine == "sglang" and len(args.concurrency) != 1:

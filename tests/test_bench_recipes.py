@@ -96,7 +96,7 @@ def test_grpo_step_bad_sglang_flags_exit_2_naming_the_flag(argv, message):
     (["--scheduler-recv-interval", "0"], "--scheduler-recv-interval: must be at least 1 decode step, got 0"),
     (["--profile-after-s", "3"], "--profile-after-s: says when --profile-steps starts; give --profile-steps N too"),
     (["--profile-steps", "20", "--profile-after-s", "-1"], "--profile-after-s: must be 0 or more seconds, got -1.0"),
-    (["--prompts-per-request", "0"], "--prompts-per-request: must be at least 1, got 0"),
+    (["--prompts-per-request", "8", "0"], "--prompts-per-request: each must be at least 1, got 0"),
     (["--sglang-flags", "--page-size 16"],
      "--sglang-flags: expected flags spelled --sglang-NAME (slime's spelling), got '--page-size'"),
 ])
@@ -171,6 +171,15 @@ def test_engine_rate_sends_prompts_per_request_in_sglangs_batched_form(tiny, tmp
         sent.clear()
         assert asyncio.run(engine_throughput.engine_rate(servers.url, prompts, 3, True, prompts_per_request=2)) > 0
         assert sorted(sent) == [1, 2, 2]
+        # the timed rounds of one --prompts-per-request value: each kind's rate is the median of its rounds
+        sent.clear()
+        kinds = (("return_logprob", True), ("no_logprob", False))
+        rates = engine_throughput.timed_rounds(servers.url, prompts, 3, kinds, repeats=3, prompts_per_request=2)
+    assert sorted(sent) == [1] * 6 + [2] * 12  # 2 kinds x 3 rounds of [2, 2, 1]
+    for kind in ("return_logprob", "no_logprob"):
+        rounds = rates["rounds_tokens_per_s"][kind]
+        assert len(rounds) == 3 and rates["tokens_per_s"][kind] == sorted(rounds)[1] > 0
+    assert "rounds_gpu_util" not in rates
 
 
 def test_engine_throughput_server_flags_reach_sglang_under_its_own_names():
