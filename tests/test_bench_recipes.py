@@ -467,16 +467,26 @@ def final_run(tmp_path: Path, *jobs: str, call_s: int = 585, out: Path | None = 
 
 
 def test_final_run_runs_each_job_as_its_bench_with_the_order_alternated(tmp_path):
-    proc, calls, log = final_run(tmp_path, "t1", "t2", "e1", "g1", "http")
+    jobs = ["t1", "t2", "e1", "g1", "tests", "http", "xbatch", "xtok4", "xnotok", "xnolog"]
+    proc, calls, log = final_run(tmp_path, *jobs, call_s=3000)
     assert proc.returncode == 0, proc.stderr
     assert [c.split()[0] for c in calls] == ["bench/train_throughput.py", "bench/train_throughput.py",
-                                             "bench/engine_throughput.py", "bench/grpo_step.py",
-                                             "bench/rollout_http.py", "bench/rollout_http.py"]
+                                             "bench/engine_throughput.py", "bench/grpo_step.py", "-m",
+                                             "bench/rollout_http.py", "bench/rollout_http.py",
+                                             *["bench/engine_throughput.py"] * 4]
     assert "--variants ours,hf_sdpa" in calls[0] and "--variants hf_sdpa,ours" in calls[1]
-    assert "--concurrency 512 --prompt-tokens 13 --new-tokens 512" in calls[2] and "--gpu-util" in calls[2]
+    rollout = ("--engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512 --skip-hf --logprob-only "
+               "--gpu-util")
+    assert rollout in calls[2] and "--prompts-per-request" not in calls[2] and "--sglang-flags" not in calls[2]
     assert "--gpu --workdir /tmp/final-run-g1" in calls[3]
-    assert "--build-answers" not in calls[4] and calls[5].endswith("--prompts-per-request 1 8 64 --build-answers")
-    assert [line.split(" rc=")[0] for line in log.splitlines() if " rc=" in line] == ["t1", "t2", "e1", "g1", "http"]
+    assert calls[4].startswith("-m pytest -q -m gpu") and "tests/test_sglang_gpu.py" in calls[4]
+    assert "--build-answers" not in calls[5] and calls[6].endswith("--prompts-per-request 1 8 64 --build-answers")
+    # the edge settings: the rollout bench (the eN job's flags) with one change each
+    assert all(rollout in c for c in calls[7:])
+    assert "--prompts-per-request 1 8 64 512" in calls[7]
+    assert [c.split("--sglang-flags ")[1].split(" --work-dir")[0] for c in calls[8:]] == [
+        "--sglang-tokenizer-worker-num 4", "--sglang-skip-tokenizer-init", "--sglang-log-level-http warning"]
+    assert [line.split(" rc=")[0] for line in log.splitlines() if " rc=" in line] == jobs
 
 
 def test_final_run_skips_a_job_the_call_has_no_time_left_for(tmp_path):
@@ -488,7 +498,7 @@ def test_final_run_skips_a_job_the_call_has_no_time_left_for(tmp_path):
 def test_final_run_bad_input_exits_2_before_running_anything(tmp_path):
     proc, calls, _ = final_run(tmp_path, "t1", "x9")
     assert proc.returncode == 2 and calls == []
-    assert "unknown job 'x9'; jobs are eN (rollout), tN (training), gN (GRPO step), tests, http" in proc.stderr
+    assert "unknown job 'x9'; jobs are eN (rollout), tN (training), gN (GRPO step), tests, http, xbatch" in proc.stderr
     proc, calls, _ = final_run(tmp_path, "t1", out=tmp_path / "missing")
     assert proc.returncode == 2 and calls == [] and "$OUT must be a folder" in proc.stderr
 

@@ -9,6 +9,11 @@
 #   bash bench/gpu/final_run.sh http         # http   rollout_http.py on the host's CPUs (no GPU): the HTTP
 #                                            #        and JSON share of a round, answers pre-serialized
 #                                            #        (http.json) and built per request (http-built.json)
+#   bash bench/gpu/final_run.sh xbatch       # the rollout's idle edges (not part of the final run):
+#                                            #   xbatch  the eN bench with 1, 8, 64 and 512 prompts a request
+#                                            #   xtok4   the eN bench, SGLang with 4 tokenizer workers
+#                                            #   xnotok  the eN bench, SGLang with --skip-tokenizer-init
+#                                            #   xnolog  the eN bench, SGLang's HTTP log at warning
 #
 # A device call stops at 10 minutes and whatever runs then is lost, so a job starts only when the
 # call has its usual duration left (CALL_S, default 585 s, counted from this script's start; the
@@ -31,17 +36,21 @@ started=$SECONDS
 expected_s() {  # a job's usual duration on a machine whose first SGLang start is done
   case $1 in
     e[0-9]*) echo 130 ;; t[0-9]*) echo 70 ;; g[0-9]*) echo 330 ;; tests) echo 300 ;; http) echo 40 ;;
+    xbatch) echo 220 ;; xtok4|xnotok|xnolog) echo 130 ;;
   esac
 }
 
 for job in "$@"; do
   need=$(expected_s "$job")
   if [ -z "$need" ]; then
-    echo "final_run.sh: unknown job '$job'; jobs are eN (rollout), tN (training), gN (GRPO step), tests, http" >&2
+    echo "final_run.sh: unknown job '$job'; jobs are eN (rollout), tN (training), gN (GRPO step), tests, http," \
+         "xbatch, xtok4, xnotok, xnolog" >&2
     exit 2
   fi
 done
 
+ROLLOUT=(bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512 --skip-hf
+         --logprob-only --gpu-util)
 for job in "$@"; do
   need=$(expected_s "$job")
   left=$((CALL_S - (SECONDS - started)))
@@ -51,16 +60,23 @@ for job in "$@"; do
   fi
   t0=$SECONDS
   case $job in
-    e*) timeout "$left" python3 bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 \
-          --new-tokens 512 --skip-hf --logprob-only --gpu-util --work-dir "/tmp/final-run-$job" \
+    e[0-9]*) timeout "$left" python3 "${ROLLOUT[@]}" --work-dir "/tmp/final-run-$job" \
           >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
-    t*) order=ours,hf_sdpa; [ $(( ${job#t} % 2 )) -eq 0 ] && order=hf_sdpa,ours
+    t[0-9]*) order=ours,hf_sdpa; [ $(( ${job#t} % 2 )) -eq 0 ] && order=hf_sdpa,ours
         timeout "$left" python3 bench/train_throughput.py --variants "$order" --out "$OUT/$job.json" \
           >/dev/null 2>"/tmp/final-run-$job.err" ;;
-    g*) timeout "$left" python3 bench/grpo_step.py --gpu --workdir "/tmp/final-run-$job" \
+    g[0-9]*) timeout "$left" python3 bench/grpo_step.py --gpu --workdir "/tmp/final-run-$job" \
           >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
     tests) timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_megatron_gpu.py \
              tests/test_sglang_gpu.py >"/tmp/final-run-$job.err" 2>&1 ;;
+    xbatch|xtok4|xnotok|xnolog) case $job in
+          xbatch) extra=(--prompts-per-request 1 8 64 512) ;;
+          xtok4) extra=(--sglang-flags "--sglang-tokenizer-worker-num 4") ;;
+          xnotok) extra=(--sglang-flags "--sglang-skip-tokenizer-init") ;;
+          xnolog) extra=(--sglang-flags "--sglang-log-level-http warning") ;;
+        esac
+        timeout "$left" python3 "${ROLLOUT[@]}" "${extra[@]}" --work-dir "/tmp/final-run-$job" \
+          >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
     http) timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 64 >"$OUT/http.json" \
             2>"/tmp/final-run-$job.err" &&
           timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 64 --build-answers \
