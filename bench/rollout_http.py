@@ -99,10 +99,14 @@ def serve(port: int, prompt_tokens: int, new_tokens: int, sizes: list[int], buil
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None, handle_signals=True)
 
 
+LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
+
+
 def control(url: str, method: str, body: dict | None = None) -> dict:
+    """A call to the server's own routes, between rounds."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
+    with LOOPBACK.open(req, timeout=30) as resp:
         return json.loads(resp.read())
 
 
