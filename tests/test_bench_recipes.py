@@ -487,6 +487,7 @@ def test_final_run_runs_each_job_as_its_bench_with_the_order_alternated(tmp_path
     assert [c.split("--sglang-flags ")[1].split(" --work-dir")[0] for c in calls[8:]] == [
         "--sglang-tokenizer-worker-num 4", "--sglang-skip-tokenizer-init", "--sglang-log-level-http warning"]
     assert [line.split(" rc=")[0] for line in log.splitlines() if " rc=" in line] == jobs
+    assert "compiled-kernel caches:" in log and ".cache/flashinfer" in log and ".triton/cache" in log
 
 
 def test_final_run_skips_a_job_the_call_has_no_time_left_for(tmp_path):

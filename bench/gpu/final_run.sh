@@ -86,6 +86,11 @@ for job in "$@"; do
   { echo "$job rc=$rc $((SECONDS - t0)) s, done at $(date +%T)"
     grep -v "Health check" "/tmp/final-run-$job.err" | grep -v '^\s*$' | tail -8; } >>"$OUT/final_run.log"
 done
+# the kernels compiled on the machine's first SGLang start (flashinfer's and triton's): their size says
+# whether they could come back through $OUT and travel to the next machine instead of compiling again
+{ echo "compiled-kernel caches:"
+  du -sh "${FLASHINFER_WORKSPACE_BASE:-$HOME}/.cache/flashinfer" "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" 2>&1; } \
+  >>"$OUT/final_run.log"
 if command -v nvidia-smi >/dev/null; then  # the clocks and temperature the processes ended at
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$OUT/final_run.log" 2>&1
 fi
