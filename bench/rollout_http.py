@@ -17,8 +17,15 @@ Per round, from the server's clock and the client's (one host):
     head_s     round start -> the last request has reached the server
     answers_s  the first answer written -> the last one written (the server's part)
     tail_s     the last answer written -> the client has parsed every answer
+    gc_s       of the round, the client process's seconds in Python's cyclic garbage collector
 Each figure is the median over --rounds rounds after one warm-up round. ``parse_s`` times parsing one
 round's answer bodies in this process, with the json module and with orjson (what the client uses).
+
+A round's answers are about 800k Python objects, so the collector runs full collections during it, and
+each walks every object the process holds. --rollout-imports first imports what the rollout manager's
+process holds (Ray, transformers, slime-ref's rollout), and --freeze-gc then applies the rollout
+manager's setting after its set-up (``slime_ref.utils.gc_settings``: those objects frozen out of the
+collector's walks, full collections a tenth as often).
 
     python bench/rollout_http.py                              # 512 x 512, one prompt a request
     python bench/rollout_http.py --prompts-per-request 1 8 64 # the batched form too (the GRPO rollout: 8)
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -123,6 +131,26 @@ def wait_ready(url: str, server: subprocess.Popen, timeout_s: float = 60.0) -> N
     sys.exit(f"rollout_http: the server at {url} did not answer /health in {timeout_s:.0f} s")
 
 
+class GcTime:
+    """Seconds this process spends in the cyclic garbage collector, and its full collections."""
+
+    def __init__(self):
+        self.seconds, self.full, self._start = 0.0, 0, 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+            self.full += info["generation"] == 2
+
+    def take(self) -> tuple[float, int]:
+        seconds, full = self.seconds, self.full
+        self.seconds, self.full = 0.0, 0
+        return seconds, full
+
+
 async def rounds(url: str, prompts: list[list[int]], new_tokens: int, per_request: int, count: int) -> list[dict]:
     """``count`` timed rounds (after one warm-up) through one client, as the rollout keeps one."""
     from slime_ref.rollout.sglang_client import SGLangClient
@@ -136,11 +164,15 @@ async def rounds(url: str, prompts: list[list[int]], new_tokens: int, per_reques
                 return [await client.generate(batch[0], params)]
             return await client.generate_batch(batch, params)
 
+        gc_time = GcTime()
         for i in range(count + 1):
             control(f"{url}/round", "POST", {"requests": len(requests)})
+            gc_time.take()
             start = time.time()
+            # the last round's answers stay alive meanwhile, as a rollout's samples wait for training
             answers = await asyncio.gather(*[send(batch) for batch in requests])
             end = time.time()
+            gc_s, full_collections = gc_time.take()
             times = control(f"{url}/round", "GET")
             received = sum(len(o.output_ids) for a in answers for o in a)
             if received != new_tokens * len(prompts) or len(times["arrived"]) != len(requests):
@@ -150,7 +182,9 @@ async def rounds(url: str, prompts: list[list[int]], new_tokens: int, per_reques
                 out.append({"head_s": round(max(times["arrived"]) - start, 4),
                             "answers_s": round(max(times["written"]) - min(times["written"]), 4),
                             "tail_s": round(end - max(times["written"]), 4),
-                            "round_s": round(end - start, 4)})
+                            "round_s": round(end - start, 4), "gc_s": round(gc_s, 4),
+                            "full_collections": full_collections})
+    gc.callbacks.remove(gc_time._callback)
     return out
 
 
@@ -183,6 +217,13 @@ def main() -> None:
     p.add_argument("--build-answers", action="store_true",
                    help="the server builds and serializes each answer when it writes it, as SGLang's tokenizer "
                         "manager does, instead of writing pre-serialized ones")
+    p.add_argument("--rollout-imports", action="store_true",
+                   help="the client process first imports what the rollout manager's process holds (Ray, "
+                        "transformers, slime-ref's rollout), so that the garbage collector has as much to walk")
+    p.add_argument("--freeze-gc", action="store_true",
+                   help="before the rounds (after --rollout-imports), the rollout manager's garbage-collector "
+                        "setting: what the process holds is frozen out of the collector's walks, and full "
+                        "collections run a tenth as often")
     p.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)  # the child process: its port
     args = p.parse_args()
     for name in ("prompts", "new_tokens", "prompt_tokens", "rounds"):
@@ -198,6 +239,17 @@ def main() -> None:
 
     from slime_ref.utils.net import allocate_port
 
+    if args.rollout_imports:
+        import ray  # noqa: F401
+        import transformers  # noqa: F401
+
+        import slime_ref.ray.rollout_manager  # noqa: F401
+        import slime_ref.rollout.sglang_rollout  # noqa: F401
+    if args.freeze_gc:
+        from slime_ref.utils.gc_settings import freeze_after_setup
+
+        freeze_after_setup()
+    tracked = len(gc.get_objects())
     port = allocate_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--prompts", str(args.prompts),
@@ -207,7 +259,8 @@ def main() -> None:
     prompts = [[2 + (7 * i + j) % 30000 for j in range(args.prompt_tokens)] for i in range(args.prompts)]
     result = {"bench": "rollout_http", "prompts": args.prompts, "new_tokens": args.new_tokens,
               "prompt_tokens": args.prompt_tokens, "server_builds_answers": args.build_answers,
-              "cpu_count": os.cpu_count(), "by_prompts_per_request": {}}
+              "rollout_imports": args.rollout_imports, "gc_frozen": args.freeze_gc,
+              "gc_tracked_objects_before": tracked, "cpu_count": os.cpu_count(), "by_prompts_per_request": {}}
     try:
         wait_ready(url, server)
         for n in args.prompts_per_request:

@@ -504,15 +504,19 @@ def test_final_run_bad_input_exits_2_before_running_anything(tmp_path):
     assert proc.returncode == 2 and calls == [] and "$OUT must be a folder" in proc.stderr
 
 
-@pytest.mark.parametrize("build", [[], ["--build-answers"]])
-def test_rollout_http_moves_every_answer_and_stops_its_server(build):
+@pytest.mark.parametrize("options", [[], ["--build-answers"], ["--rollout-imports", "--freeze-gc"]])
+def test_rollout_http_moves_every_answer_and_stops_its_server(options):
     import psutil
 
     proc = run_bench("rollout_http.py", "--prompts", "12", "--new-tokens", "6", "--rounds", "2",
-                     "--prompts-per-request", "1", "5", *build)
+                     "--prompts-per-request", "1", "5", *options)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert result["server_builds_answers"] is bool(build)
+    assert result["server_builds_answers"] is ("--build-answers" in options)
+    if "--freeze-gc" in options:  # the rollout manager's setting: its set-up is out of the collector's walks
+        assert result["rollout_imports"] and result["gc_frozen"] and result["gc_tracked_objects_before"] < 100
+    else:
+        assert result["gc_tracked_objects_before"] > 1000
     # 5 a request: two of 5 and one of 2, each answered with as many results as it sent prompts
     # (the bench exits 1 when a round's tokens or requests fall short)
     assert list(result["by_prompts_per_request"]) == ["1", "5"]
@@ -520,6 +524,7 @@ def test_rollout_http_moves_every_answer_and_stops_its_server(build):
         assert len(figures["rounds"]) == 2
         for r in figures["rounds"]:
             assert 0 <= r["head_s"] <= r["round_s"] and 0 <= r["tail_s"] <= r["round_s"]
+            assert 0 <= r["gc_s"] <= r["round_s"] and r["full_collections"] >= 0
     assert result["parse_s"]["answer_bytes"] > 6 * 20  # each token's [logprob, id, null] is in the answer
     assert not psutil.pid_exists(result["server_pid"])
 

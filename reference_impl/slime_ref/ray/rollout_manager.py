@@ -112,6 +112,7 @@ class RolloutManager:
         """Load the data source and the rollout function, start engines and router; returns the
         number of prompts."""
         from slime_ref.data.source import load_tokenizer, make_data_source
+        from slime_ref.utils.gc_settings import freeze_after_setup
         from slime_ref.utils.hooks import load_function
 
         args = self.args
@@ -120,6 +121,10 @@ class RolloutManager:
         if args.rollout_num_gpus and not args.debug_train_only:
             self._start_engines(self.placement)
             self.watch = ServerWatch(self)
+        # this process reads every answer of every rollout: keep the garbage collector's full
+        # collections from walking the set-up's objects while it does
+        frozen = freeze_after_setup()
+        logger.debug("rollout manager set up; %d objects frozen out of the garbage collector's walks", frozen)
         return len(self.data_source)
 
     # -- engines and router ---------------------------------------------------------------------
