@@ -188,6 +188,13 @@ def timed_rounds(url: str | list[str], prompts: list[list[int]], new_tokens: int
     return out
 
 
+async def freeze_gc(urls: list[str]) -> None:
+    """SGLang's /freeze_gc on every server: its processes' objects out of the garbage collector's walks."""
+    for url in urls:
+        async with SGLangClient(url) as client:
+            await client.freeze_gc()
+
+
 async def profiled_round(url: str, prompts: list[list[int]], new_tokens: int, out_dir: Path, steps: int,
                          after_s: float = 0.0, prompts_per_request: int = 1) -> Path:
     """One more round under SGLang's torch profiler (CPU and GPU) for ``steps`` forward passes: the
@@ -469,6 +476,9 @@ def bench_sglang(args) -> dict:
         # compiles its kernels for the batch's shapes here, not in the first timed round
         first = args.prompts_per_request[0]
         asyncio.run(engine_rate(url, prompts, 8, True, first))
+        if args.freeze_gc:
+            asyncio.run(freeze_gc(urls))
+            result["gc_frozen_after_warmup"] = True
         kinds = (("return_logprob", True),) if args.logprob_only else (("return_logprob", True), ("no_logprob", False))
         for n in args.prompts_per_request:
             rates = timed_rounds(url, prompts, args.new_tokens, kinds, args.repeats, n, args.gpu_util)
@@ -537,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "a prompt's samples so, 8 at a time in grpo_step.py --gpu) instead of one each; several "
                         "values are measured one after another on the one server (by_prompts_per_request), the "
                         "first giving the top-level figures, the warm-up and the profiles")
+    p.add_argument("--freeze-gc", action="store_true",
+                   help="sglang: after the warm-up, SGLang's /freeze_gc (its tokenizer manager, scheduler and "
+                        "detokenizer take what they hold out of Python's garbage collector's walks)")
     p.add_argument("--gpu-util", action="store_true",
                    help="sglang: read NVML's GPU and memory busy percentages through every round; reports each "
                         "round's mean and the seconds at its head and tail with the GPU idle")

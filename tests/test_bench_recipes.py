@@ -174,6 +174,7 @@ def test_engine_rate_sends_prompts_per_request_in_sglangs_batched_form(tiny, tmp
         # the timed rounds of one --prompts-per-request value: each kind's rate is the median of its rounds
         sent.clear()
         kinds = (("return_logprob", True), ("no_logprob", False))
+        asyncio.run(engine_throughput.freeze_gc(servers.engine_urls))  # --freeze-gc: the engine answers on after it
         rates = engine_throughput.timed_rounds(servers.url, prompts, 3, kinds, repeats=3, prompts_per_request=2)
     assert sorted(sent) == [1] * 6 + [2] * 12  # 2 kinds x 3 rounds of [2, 2, 1]
     for kind in ("return_logprob", "no_logprob"):
@@ -467,13 +468,13 @@ def final_run(tmp_path: Path, *jobs: str, call_s: int = 585, out: Path | None = 
 
 
 def test_final_run_runs_each_job_as_its_bench_with_the_order_alternated(tmp_path):
-    jobs = ["t1", "t2", "e1", "g1", "tests", "http", "xbatch", "xtok4", "xnotok", "xnolog"]
+    jobs = ["t1", "t2", "e1", "g1", "tests", "http", "xbatch", "xtok4", "xnotok", "xnolog", "xgc"]
     proc, calls, log = final_run(tmp_path, *jobs, call_s=3000)
     assert proc.returncode == 0, proc.stderr
     assert [c.split()[0] for c in calls] == ["bench/train_throughput.py", "bench/train_throughput.py",
                                              "bench/engine_throughput.py", "bench/grpo_step.py", "-m",
                                              "bench/rollout_http.py", "bench/rollout_http.py",
-                                             *["bench/engine_throughput.py"] * 4]
+                                             *["bench/engine_throughput.py"] * 5]
     assert "--variants ours,hf_sdpa" in calls[0] and "--variants hf_sdpa,ours" in calls[1]
     rollout = ("--engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512 --skip-hf --logprob-only "
                "--gpu-util")
@@ -484,8 +485,9 @@ def test_final_run_runs_each_job_as_its_bench_with_the_order_alternated(tmp_path
     # the edge settings: the rollout bench (the eN job's flags) with one change each
     assert all(rollout in c for c in calls[7:])
     assert "--prompts-per-request 1 8 64 512" in calls[7]
-    assert [c.split("--sglang-flags ")[1].split(" --work-dir")[0] for c in calls[8:]] == [
+    assert [c.split("--sglang-flags ")[1].split(" --work-dir")[0] for c in calls[8:11]] == [
         "--sglang-tokenizer-worker-num 4", "--sglang-skip-tokenizer-init", "--sglang-log-level-http warning"]
+    assert calls[11].endswith("--freeze-gc --work-dir /tmp/final-run-xgc")
     assert [line.split(" rc=")[0] for line in log.splitlines() if " rc=" in line] == jobs
     assert "compiled-kernel caches:" in log and ".cache/flashinfer" in log and ".triton/cache" in log
 

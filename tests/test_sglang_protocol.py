@@ -28,6 +28,7 @@ CLIENT_CALLS = {
     "pause_generation": dict(mode="retract"),
     "continue_generation": dict(),
     "flush_cache": dict(),
+    "freeze_gc": dict(),
     "health": dict(),
     "health_generate": dict(),
     "wait_healthy": dict(timeout_s=5),
@@ -87,7 +88,7 @@ def test_client_routes_methods_and_fields_exist_in_sglang(sglang):
         "/health_generate", "/model_info", "/server_info", "/get_load", "/release_memory_occupation",
         "/resume_memory_occupation", "/update_weights_from_disk", "/init_weights_update_group",
         "/destroy_weights_update_group", "/update_weights_from_distributed", "/update_weights_from_tensor",
-        "/start_profile",
+        "/start_profile", "/freeze_gc",
     }
     for method, route, body in calls:
         assert route in sglang.routes, f"{route} is not a route of SGLang {SGLANG_VERSION}"
@@ -177,3 +178,19 @@ def test_builtin_engine_answers_with_sglang_fields(sglang, engine, tiny):
                 assert keys[route_keys] >= {"success", "message"}
 
     asyncio.run(run())
+
+
+def test_builtin_engine_freezes_its_garbage_collector_as_sglang_does(engine, monkeypatch):
+    """/freeze_gc answers as SGLang's does; the engine here runs in pytest's process, so the freeze
+    itself is recorded rather than done."""
+    import gc
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+
+    async def run():
+        async with SGLangClient(engine.url, retries=0) as c:
+            await c.freeze_gc()
+            return await c._call("GET", "/freeze_gc", read="text")
+
+    assert asyncio.run(run()) == "Garbage collection frozen.\n" and frozen == [True, True]

@@ -14,6 +14,7 @@
 #                                            #   xtok4   the eN bench, SGLang with 4 tokenizer workers
 #                                            #   xnotok  the eN bench, SGLang with --skip-tokenizer-init
 #                                            #   xnolog  the eN bench, SGLang's HTTP log at warning
+#                                            #   xgc     the eN bench, SGLang's /freeze_gc after warm-up
 #
 # A device call stops at 10 minutes and whatever runs then is lost, so a job starts only when the
 # call has its usual duration left (CALL_S, default 585 s, counted from this script's start; the
@@ -36,7 +37,7 @@ started=$SECONDS
 expected_s() {  # a job's usual duration on a machine whose first SGLang start is done
   case $1 in
     e[0-9]*) echo 130 ;; t[0-9]*) echo 70 ;; g[0-9]*) echo 330 ;; tests) echo 300 ;; http) echo 40 ;;
-    xbatch) echo 220 ;; xtok4|xnotok|xnolog) echo 130 ;;
+    xbatch) echo 220 ;; xtok4|xnotok|xnolog|xgc) echo 130 ;;
   esac
 }
 
@@ -44,7 +45,7 @@ for job in "$@"; do
   need=$(expected_s "$job")
   if [ -z "$need" ]; then
     echo "final_run.sh: unknown job '$job'; jobs are eN (rollout), tN (training), gN (GRPO step), tests, http," \
-         "xbatch, xtok4, xnotok, xnolog" >&2
+         "xbatch, xtok4, xnotok, xnolog, xgc" >&2
     exit 2
   fi
 done
@@ -69,11 +70,12 @@ for job in "$@"; do
           >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
     tests) timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_megatron_gpu.py \
              tests/test_sglang_gpu.py >"/tmp/final-run-$job.err" 2>&1 ;;
-    xbatch|xtok4|xnotok|xnolog) case $job in
+    xbatch|xtok4|xnotok|xnolog|xgc) case $job in
           xbatch) extra=(--prompts-per-request 1 8 64 512) ;;
           xtok4) extra=(--sglang-flags "--sglang-tokenizer-worker-num 4") ;;
           xnotok) extra=(--sglang-flags "--sglang-skip-tokenizer-init") ;;
           xnolog) extra=(--sglang-flags "--sglang-log-level-http warning") ;;
+          xgc) extra=(--freeze-gc) ;;
         esac
         timeout "$left" python3 "${ROLLOUT[@]}" "${extra[@]}" --work-dir "/tmp/final-run-$job" \
           >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;

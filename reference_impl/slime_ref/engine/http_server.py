@@ -8,6 +8,7 @@ client never gets a silently different answer than real SGLang would give.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import time
@@ -116,6 +117,7 @@ class EngineServer:
             (("GET",), "/get_server_info", self.server_info),
             (("GET",), "/get_load", self.get_load),
             (("GET", "POST"), "/flush_cache", self.flush_cache),
+            (("GET", "POST"), "/freeze_gc", self.freeze_gc),
             (("POST",), "/abort_request", self.abort_request),
             (("POST",), "/pause_generation", self.pause_generation),
             (("POST",), "/continue_generation", self.continue_generation),
@@ -286,6 +288,11 @@ class EngineServer:
         _check_fields(body, {"rid"}, "/continue_generation")
         await self._on_scheduler(self.scheduler.resume)
         return web.json_response({"message": "Generation continued successfully.", "status": "ok"})
+
+    async def freeze_gc(self, request: web.Request) -> web.StreamResponse:
+        # SGLang's route: what this process holds leaves the garbage collector's walks
+        gc.freeze()
+        return web.Response(text="Garbage collection frozen.\n", status=200)
 
     async def flush_cache(self, request: web.Request) -> web.StreamResponse:
         def check_idle():

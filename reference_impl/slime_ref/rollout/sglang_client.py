@@ -268,6 +268,12 @@ class SGLangClient:
                          {"output_dir": output_dir, "num_steps": num_steps, "activities": list(activities)},
                          read="text", resend_safe=False)
 
+    async def freeze_gc(self) -> None:
+        """POST /freeze_gc: each of the server's processes (SGLang's tokenizer manager, scheduler and
+        detokenizer) takes what it holds out of Python's garbage collector's walks; SGLang suggests it
+        after a few warm-up requests."""
+        await self._call("POST", "/freeze_gc", read="none")
+
     # ------------------------------------------------------------------------------------------
     # health and info
 
