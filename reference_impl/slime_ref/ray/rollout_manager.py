@@ -265,10 +265,13 @@ class RolloutManager:
         return self._clients[url]
 
     def score(self, tokens: list[int], response_length: int) -> list[list[float]]:
-        """Every engine's log-probs of the last ``response_length`` tokens of ``tokens`` (temperature 1)."""
+        """Every engine's log-probs of the last ``response_length`` tokens of ``tokens`` (temperature 1).
+        The watch is paused between rollouts, so an engine that hangs here fails the call after
+        --rollout-health-check-timeout (a one-token answer, as /health_generate), not after an hour."""
         async def one(url):
             out = await self._client(url).generate(tokens, {"max_new_tokens": 1, "temperature": 1.0},
-                                                   logprob_start_len=len(tokens) - response_length)
+                                                   logprob_start_len=len(tokens) - response_length,
+                                                   timeout_s=self.args.rollout_health_check_timeout)
             return [float(x) for x in out.input_log_probs[-response_length:]]
 
         async def all_engines():
