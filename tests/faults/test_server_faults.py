@@ -22,13 +22,14 @@ STOP_WITHIN_S = 60
 
 
 def _in_flight(out, engine: int):
-    """Once engine ``engine`` is generating (requests running, tokens out): its pid."""
+    """Once engine ``engine`` is generating a rollout (several requests running, tokens out): its pid.
+    One running request may be the weight check's probe between rollouts, or a health check."""
     def check():
         procs = json.loads((out / "processes.json").read_text()) if (out / "processes.json").is_file() else None
         if not procs:
             return None
         state = engine_state(procs["engine_urls"][engine])
-        if state.get("num_running_reqs", 0) >= 1 and state.get("num_generated_tokens", 0) > 0:
+        if state.get("num_running_reqs", 0) >= 2 and state.get("num_generated_tokens", 0) > 0:
             return procs["engines"][engine]
         return None
     return check
@@ -101,3 +102,31 @@ def test_hung_engine_stops_the_run_after_the_health_check_timeout(tiny, tmp_path
         assert took < STOP_WITHIN_S
     finally:
         run.kill()
+
+
+def test_an_engine_hung_during_the_weight_check_fails_it_after_the_health_check_timeout(tiny, tmp_path):
+    """Between rollouts the watch is paused; the weight check's probe (--check-weight-update-equal) to an
+    engine that answers nothing fails after --rollout-health-check-timeout, naming the engine."""
+    import time
+
+    from slime_ref.arguments import parse_args
+    from slime_ref.ray.rollout_manager import RolloutManager
+    from slime_ref.rollout.servers import RolloutServers
+    from slime_ref.rollout.sglang_client import EngineError
+
+    args = parse_args(grpo_flags(tiny, tmp_path / "run", "--num-rollout", "1", "--rollout-health-check-timeout", "3"))
+    manager = RolloutManager(args, placement=None)
+    with RolloutServers(tiny.model_dir, log_dir=tmp_path / "logs", with_router=False) as servers:
+        manager.engine_urls = list(servers.engine_urls)
+        url = servers.engine_urls[0]
+        assert len(manager.score(list(range(3, 15)), 4)[0]) == 4  # answering: four log-probs back
+        os.kill(servers.engines[0].pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            with pytest.raises(EngineError) as err:
+                manager.score(list(range(3, 15)), 4)
+            took = time.monotonic() - start
+        finally:
+            os.kill(servers.engines[0].pid, signal.SIGCONT)
+    assert f"{url}/generate" in str(err.value) and "timed out" in str(err.value)
+    assert 3 <= took < 30
