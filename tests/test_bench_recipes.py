@@ -481,7 +481,8 @@ def test_final_run_runs_each_job_as_its_bench_with_the_order_alternated(tmp_path
     assert rollout in calls[2] and "--prompts-per-request" not in calls[2] and "--sglang-flags" not in calls[2]
     assert "--gpu --workdir /tmp/final-run-g1" in calls[3]
     assert calls[4].startswith("-m pytest -q -m gpu") and "tests/test_sglang_gpu.py" in calls[4]
-    assert "--build-answers" not in calls[5] and calls[6].endswith("--prompts-per-request 1 8 64 --build-answers")
+    assert calls[5].endswith("--prompts-per-request 1 8 --rollout-imports")
+    assert calls[6].endswith("--prompts-per-request 1 8 --rollout-imports --freeze-gc")
     # the edge settings: the rollout bench (the eN job's flags) with one change each
     assert all(rollout in c for c in calls[7:])
     assert "--prompts-per-request 1 8 64 512" in calls[7]

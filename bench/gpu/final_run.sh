@@ -7,8 +7,10 @@
 #   bash bench/gpu/final_run.sh g2 e2        # gN     grpo_step.py --gpu, ours then TRL
 #   bash bench/gpu/final_run.sh tests        # tests  the GPU tests (pytest -m gpu)
 #   bash bench/gpu/final_run.sh http         # http   rollout_http.py on the host's CPUs (no GPU): the HTTP
-#                                            #        and JSON share of a round, answers pre-serialized
-#                                            #        (http.json) and built per request (http-built.json)
+#                                            #        and JSON share of a round in the rollout manager's
+#                                            #        process shape, with Python's garbage-collector
+#                                            #        defaults (http.json) and the manager's setting
+#                                            #        (http-frozen.json)
 #   bash bench/gpu/final_run.sh xbatch       # the rollout's idle edges (not part of the final run):
 #                                            #   xbatch  the eN bench with 1, 8, 64 and 512 prompts a request
 #                                            #   xtok4   the eN bench, SGLang with 4 tokenizer workers
@@ -36,7 +38,7 @@ started=$SECONDS
 
 expected_s() {  # a job's usual duration on a machine whose first SGLang start is done
   case $1 in
-    e[0-9]*) echo 130 ;; t[0-9]*) echo 70 ;; g[0-9]*) echo 330 ;; tests) echo 300 ;; http) echo 40 ;;
+    e[0-9]*) echo 130 ;; t[0-9]*) echo 70 ;; g[0-9]*) echo 330 ;; tests) echo 300 ;; http) echo 60 ;;
     xbatch) echo 220 ;; xtok4|xnotok|xnolog|xgc) echo 130 ;;
   esac
 }
@@ -79,10 +81,10 @@ for job in "$@"; do
         esac
         timeout "$left" python3 "${ROLLOUT[@]}" "${extra[@]}" --work-dir "/tmp/final-run-$job" \
           >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
-    http) timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 64 >"$OUT/http.json" \
-            2>"/tmp/final-run-$job.err" &&
-          timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 64 --build-answers \
-            >"$OUT/http-built.json" 2>>"/tmp/final-run-$job.err" ;;
+    http) timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 --rollout-imports \
+            >"$OUT/http.json" 2>"/tmp/final-run-$job.err" &&
+          timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 --rollout-imports --freeze-gc \
+            >"$OUT/http-frozen.json" 2>>"/tmp/final-run-$job.err" ;;
   esac
   rc=$?
   { echo "$job rc=$rc $((SECONDS - t0)) s, done at $(date +%T)"
