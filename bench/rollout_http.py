@@ -132,11 +132,18 @@ def wait_ready(url: str, server: subprocess.Popen, timeout_s: float = 60.0) -> N
 
 
 class GcTime:
-    """Seconds this process spends in the cyclic garbage collector, and its full collections."""
+    """Seconds this process spends in the cyclic garbage collector, and its full collections, while
+    the ``with`` block runs."""
 
     def __init__(self):
         self.seconds, self.full, self._start = 0.0, 0, 0.0
+
+    def __enter__(self) -> GcTime:
         gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._callback)
 
     def _callback(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -164,27 +171,26 @@ async def rounds(url: str, prompts: list[list[int]], new_tokens: int, per_reques
                 return [await client.generate(batch[0], params)]
             return await client.generate_batch(batch, params)
 
-        gc_time = GcTime()
-        for i in range(count + 1):
-            control(f"{url}/round", "POST", {"requests": len(requests)})
-            gc_time.take()
-            start = time.time()
-            # the last round's answers stay alive meanwhile, as a rollout's samples wait for training
-            answers = await asyncio.gather(*[send(batch) for batch in requests])
-            end = time.time()
-            gc_s, full_collections = gc_time.take()
-            times = control(f"{url}/round", "GET")
-            received = sum(len(o.output_ids) for a in answers for o in a)
-            if received != new_tokens * len(prompts) or len(times["arrived"]) != len(requests):
-                raise SystemExit(f"rollout_http: round {i}: {received} tokens in {len(times['arrived'])} requests, "
-                                 f"expected {new_tokens * len(prompts)} in {len(requests)}")
-            if i:  # the first round opens the connections
-                out.append({"head_s": round(max(times["arrived"]) - start, 4),
-                            "answers_s": round(max(times["written"]) - min(times["written"]), 4),
-                            "tail_s": round(end - max(times["written"]), 4),
-                            "round_s": round(end - start, 4), "gc_s": round(gc_s, 4),
-                            "full_collections": full_collections})
-    gc.callbacks.remove(gc_time._callback)
+        with GcTime() as gc_time:
+            for i in range(count + 1):
+                control(f"{url}/round", "POST", {"requests": len(requests)})
+                gc_time.take()
+                start = time.time()
+                # the last round's answers stay alive meanwhile, as a rollout's samples wait for training
+                answers = await asyncio.gather(*[send(batch) for batch in requests])
+                end = time.time()
+                gc_s, full_collections = gc_time.take()
+                times = control(f"{url}/round", "GET")
+                received = sum(len(o.output_ids) for a in answers for o in a)
+                if received != new_tokens * len(prompts) or len(times["arrived"]) != len(requests):
+                    raise SystemExit(f"rollout_http: round {i}: {received} tokens in {len(times['arrived'])} requests, "
+                                     f"expected {new_tokens * len(prompts)} in {len(requests)}")
+                if i:  # the first round opens the connections
+                    out.append({"head_s": round(max(times["arrived"]) - start, 4),
+                                "answers_s": round(max(times["written"]) - min(times["written"]), 4),
+                                "tail_s": round(end - max(times["written"]), 4),
+                                "round_s": round(end - start, 4), "gc_s": round(gc_s, 4),
+                                "full_collections": full_collections})
     return out
 
 

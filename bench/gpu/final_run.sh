@@ -52,8 +52,11 @@ for job in "$@"; do
   fi
 done
 
-ROLLOUT=(bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512 --skip-hf
-         --logprob-only --gpu-util)
+rollout() {  # the rollout bench (eN's), with the job's own flags after it
+  timeout "$left" python3 bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 \
+    --new-tokens 512 --skip-hf --logprob-only --gpu-util "$@" --work-dir "/tmp/final-run-$job" \
+    >"$OUT/$job.json" 2>"/tmp/final-run-$job.err"
+}
 for job in "$@"; do
   need=$(expected_s "$job")
   left=$((CALL_S - (SECONDS - started)))
@@ -63,8 +66,7 @@ for job in "$@"; do
   fi
   t0=$SECONDS
   case $job in
-    e[0-9]*) timeout "$left" python3 "${ROLLOUT[@]}" --work-dir "/tmp/final-run-$job" \
-          >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
+    e[0-9]*) rollout ;;
     t[0-9]*) order=ours,hf_sdpa; [ $(( ${job#t} % 2 )) -eq 0 ] && order=hf_sdpa,ours
         timeout "$left" python3 bench/train_throughput.py --variants "$order" --out "$OUT/$job.json" \
           >/dev/null 2>"/tmp/final-run-$job.err" ;;
@@ -72,15 +74,11 @@ for job in "$@"; do
           >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
     tests) timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_megatron_gpu.py \
              tests/test_sglang_gpu.py >"/tmp/final-run-$job.err" 2>&1 ;;
-    xbatch|xtok4|xnotok|xnolog|xgc) case $job in
-          xbatch) extra=(--prompts-per-request 1 8 64 512) ;;
-          xtok4) extra=(--sglang-flags "--sglang-tokenizer-worker-num 4") ;;
-          xnotok) extra=(--sglang-flags "--sglang-skip-tokenizer-init") ;;
-          xnolog) extra=(--sglang-flags "--sglang-log-level-http warning") ;;
-          xgc) extra=(--freeze-gc) ;;
-        esac
-        timeout "$left" python3 "${ROLLOUT[@]}" "${extra[@]}" --work-dir "/tmp/final-run-$job" \
-          >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
+    xbatch) rollout --prompts-per-request 1 8 64 512 ;;
+    xtok4) rollout --sglang-flags "--sglang-tokenizer-worker-num 4" ;;
+    xnotok) rollout --sglang-flags "--sglang-skip-tokenizer-init" ;;
+    xnolog) rollout --sglang-flags "--sglang-log-level-http warning" ;;
+    xgc) rollout --freeze-gc ;;
     http) timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 --rollout-imports \
             >"$OUT/http.json" 2>"/tmp/final-run-$job.err" &&
           timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 --rollout-imports --freeze-gc \
