@@ -446,7 +446,7 @@ def test_speed_targets_bad_input_exits_2_naming_the_file(tmp_path):
 FINAL_RUN = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "final_run.sh"
 
 
-def final_run(tmp_path: Path, *jobs: str, call_s: int = 585, out: Path | None = None):
+def final_run(tmp_path: Path, *jobs: str, call_s: int = 585, out: Path | None = None, **env_vars: str):
     """final_run.sh with a python3 on PATH that records its arguments (the benches need a GPU)."""
     import os
     import subprocess
@@ -460,7 +460,7 @@ def final_run(tmp_path: Path, *jobs: str, call_s: int = 585, out: Path | None = 
         out = tmp_path / "out"
         out.mkdir(exist_ok=True)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
-           "CALL_S": str(call_s)}
+           "CALL_S": str(call_s), **env_vars}
     proc = subprocess.run(["bash", str(FINAL_RUN), *jobs], capture_output=True, text=True, env=env, timeout=60)
     calls = (tmp_path / "calls.txt").read_text().splitlines() if (tmp_path / "calls.txt").exists() else []
     log = (out / "final_run.log").read_text() if (out / "final_run.log").exists() else ""
@@ -497,6 +497,12 @@ def test_final_run_skips_a_job_the_call_has_no_time_left_for(tmp_path):
     proc, calls, log = final_run(tmp_path, "t1", "g1", call_s=100)
     assert proc.returncode == 0 and len(calls) == 1 and calls[0].startswith("bench/train_throughput.py")
     assert "g1 skipped:" in log and "it takes about 330 s" in log
+
+
+def test_final_run_passes_grpo_flags_to_the_grpo_step_only(tmp_path):
+    proc, calls, _ = final_run(tmp_path, "g1", "e1", call_s=3000, GRPO_FLAGS="--trl-steps 2")
+    assert proc.returncode == 0, proc.stderr
+    assert "--gpu --trl-steps 2 --workdir /tmp/final-run-g1" in calls[0] and "--trl-steps" not in calls[1]
 
 
 def test_final_run_bad_input_exits_2_before_running_anything(tmp_path):

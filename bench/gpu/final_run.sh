@@ -4,7 +4,9 @@
 #
 #   bash bench/gpu/final_run.sh e1 t1        # e1..eN engine_throughput at 512 x 512 (the rollout)
 #   bash bench/gpu/final_run.sh g1 t2        # tN     train_throughput, ours first for odd N, HF first for even
-#   bash bench/gpu/final_run.sh g2 e2        # gN     grpo_step.py --gpu, ours then TRL
+#   bash bench/gpu/final_run.sh g2 e2        # gN     grpo_step.py --gpu, ours then TRL (GRPO_FLAGS="..."
+#                                            #        adds its flags, e.g. "--trl-steps 2": one TRL step
+#                                            #        timed, about 30 s less a process)
 #   bash bench/gpu/final_run.sh tests        # tests  the GPU tests (pytest -m gpu)
 #   bash bench/gpu/final_run.sh http         # http   rollout_http.py on the host's CPUs (no GPU): the HTTP
 #                                            #        and JSON share of a round in the rollout manager's
@@ -70,7 +72,7 @@ for job in "$@"; do
     t[0-9]*) order=ours,hf_sdpa; [ $(( ${job#t} % 2 )) -eq 0 ] && order=hf_sdpa,ours
         timeout "$left" python3 bench/train_throughput.py --variants "$order" --out "$OUT/$job.json" \
           >/dev/null 2>"/tmp/final-run-$job.err" ;;
-    g[0-9]*) timeout "$left" python3 bench/grpo_step.py --gpu --workdir "/tmp/final-run-$job" \
+    g[0-9]*) timeout "$left" python3 bench/grpo_step.py --gpu ${GRPO_FLAGS:-} --workdir "/tmp/final-run-$job" \
           >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
     tests) timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_megatron_gpu.py \
              tests/test_sglang_gpu.py >"/tmp/final-run-$job.err" 2>&1 ;;
