@@ -546,3 +546,48 @@ def test_rollout_http_moves_every_answer_and_stops_its_server(options):
 def test_rollout_http_bad_input_exits_2_naming_the_flag(argv, message):
     proc = run_bench("rollout_http.py", *argv)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_kernel_cache_carries_flashinfer_modules_to_its_ahead_of_time_folder(tmp_path):
+    """bench/gpu/kernel_cache.sh: pack on the machine that compiled the kernels, unpack on the next one;
+    flashinfer's module libraries land where it loads ahead-of-time builds without ninja, triton's cache
+    where triton looks."""
+    import os
+    import subprocess
+
+    script = FINAL_RUN.parent / "kernel_cache.sh"
+    base, triton, site = tmp_path / "home", tmp_path / "triton", tmp_path / "site"
+    ops = base / ".cache" / "flashinfer" / "0.6.12" / "90a" / "cached_ops"
+    (ops / "batch_decode").mkdir(parents=True)
+    library = os.urandom(3 << 20)  # incompressible: 3 MiB packed
+    (ops / "batch_decode" / "batch_decode.so").write_bytes(library)
+    (ops / "batch_decode" / "batch_decode.cuda.o").write_bytes(b"object file: stays behind")
+    (triton / "abc").mkdir(parents=True)
+    (triton / "abc" / "k.cubin").write_bytes(b"cubin")
+    (site / "flashinfer").mkdir(parents=True)
+    (site / "flashinfer" / "__init__.py").write_text("raise SystemExit('imported')\n")
+    env = {**os.environ, "FLASHINFER_WORKSPACE_BASE": str(base), "TRITON_CACHE_DIR": str(triton),
+           "PART_MIB": "1", "PYTHONPATH": str(site)}
+
+    def cache(*args, **extra):
+        return subprocess.run(["bash", str(script), *args], capture_output=True, text=True,
+                              env={**env, **extra}, timeout=60)
+
+    too_big = cache("pack", str(tmp_path / "none"), MAX_MIB="2")
+    assert too_big.returncode == 0 and "3 MiB packed, over MAX_MIB=2; not packed" in too_big.stdout
+    assert not list((tmp_path / "none").glob("kernels.tgz.part*"))
+    packed = cache("pack", str(tmp_path / "parts"))
+    assert packed.returncode == 0 and "1 flashinfer modules" in packed.stdout, packed.stdout + packed.stderr
+    assert "into 4 parts" in packed.stdout
+    (triton / "abc" / "k.cubin").unlink()
+    unpacked = cache("unpack", str(tmp_path / "parts"))
+    assert unpacked.returncode == 0, unpacked.stderr
+    aot = site / "flashinfer" / "data" / "aot"
+    assert (aot / "batch_decode" / "batch_decode.so").read_bytes() == library
+    assert sorted(p.name for p in aot.rglob("*") if p.is_file()) == ["batch_decode.so"]
+    assert (triton / "abc" / "k.cubin").read_bytes() == b"cubin"
+    missing = cache("unpack", str(tmp_path / "none"))
+    assert missing.returncode == 2 and "no kernels.tgz.part*" in missing.stderr
+    no_flashinfer = cache("unpack", str(tmp_path / "parts"), PYTHONPATH=str(tmp_path / "empty"))
+    assert no_flashinfer.returncode == 2 and "flashinfer is not importable" in no_flashinfer.stderr
+    assert cache("bogus", "x").returncode == 2
