@@ -478,16 +478,23 @@ def test_final_run_runs_each_job_as_its_bench_with_the_order_alternated(tmp_path
     assert "--variants ours,hf_sdpa" in calls[0] and "--variants hf_sdpa,ours" in calls[1]
     rollout = ("--engine sglang --concurrency 512 --prompt-tokens 13 --new-tokens 512 --skip-hf --logprob-only "
                "--gpu-util")
-    assert rollout in calls[2] and "--prompts-per-request" not in calls[2] and "--sglang-flags" not in calls[2]
+    assert rollout in calls[2] and "--sglang-flags" not in calls[2]
+    assert "--prompts-per-request 8 --work-dir" in calls[2]  # the GRPO rollout's form: a group a request
     assert "--gpu --workdir /tmp/final-run-g1" in calls[3]
     assert calls[4].startswith("-m pytest -q -m gpu") and "tests/test_sglang_gpu.py" in calls[4]
     assert calls[5].endswith("--prompts-per-request 1 8 --rollout-imports")
     assert calls[6].endswith("--prompts-per-request 1 8 --rollout-imports --freeze-gc")
-    # the edge settings: the rollout bench (the eN job's flags) with one change each
+    # the edge settings: the rollout bench with one change each, at one prompt a request
     assert all(rollout in c for c in calls[7:])
     assert "--prompts-per-request 1 8 64 512" in calls[7]
-    assert [c.split("--sglang-flags ")[1].split(" --work-dir")[0] for c in calls[8:11]] == [
+    assert all("--prompts-per-request" not in c for c in calls[8:])
+    # one word each: a lone "--sglang-skip-tokenizer-init" after --sglang-flags is an option to argparse
+    assert [c.split("--sglang-flags=")[1].split(" --work-dir")[0] for c in calls[8:11]] == [
         "--sglang-tokenizer-worker-num 4", "--sglang-skip-tokenizer-init", "--sglang-log-level-http warning"]
+    import engine_throughput
+
+    parsed = engine_throughput.build_parser().parse_args(["--sglang-flags=--sglang-skip-tokenizer-init"])
+    assert parsed.sglang_flags == "--sglang-skip-tokenizer-init"
     assert calls[11].endswith("--freeze-gc --work-dir /tmp/final-run-xgc")
     assert [line.split(" rc=")[0] for line in log.splitlines() if " rc=" in line] == jobs
     assert "compiled-kernel caches:" in log and ".cache/flashinfer" in log and ".triton/cache" in log

@@ -2,7 +2,8 @@
 # The final run for the GPU speed targets, one device call at a time: each JOB is one bench process,
 # its JSON written to $OUT/JOB.json and a line of what happened to $OUT/final_run.log.
 #
-#   bash bench/gpu/final_run.sh e1 t1        # e1..eN engine_throughput at 512 x 512 (the rollout)
+#   bash bench/gpu/final_run.sh e1 t1        # e1..eN engine_throughput at 512 x 512 (the rollout), 64
+#                                            #        requests of 8 prompts, as the GRPO rollout sends them
 #   bash bench/gpu/final_run.sh g1 t2        # tN     train_throughput, ours first for odd N, HF first for even
 #   bash bench/gpu/final_run.sh g2 e2        # gN     grpo_step.py --gpu, ours then TRL (GRPO_FLAGS="..."
 #                                            #        adds its flags, e.g. "--trl-steps 2": one TRL step
@@ -15,10 +16,11 @@
 #                                            #        (http-frozen.json)
 #   bash bench/gpu/final_run.sh xbatch       # the rollout's idle edges (not part of the final run):
 #                                            #   xbatch  the eN bench with 1, 8, 64 and 512 prompts a request
-#                                            #   xtok4   the eN bench, SGLang with 4 tokenizer workers
-#                                            #   xnotok  the eN bench, SGLang with --skip-tokenizer-init
-#                                            #   xnolog  the eN bench, SGLang's HTTP log at warning
-#                                            #   xgc     the eN bench, SGLang's /freeze_gc after warm-up
+#                                            #   and at one prompt a request:
+#                                            #   xtok4   SGLang with 4 tokenizer workers
+#                                            #   xnotok  SGLang with --skip-tokenizer-init
+#                                            #   xnolog  SGLang's HTTP log at warning
+#                                            #   xgc     SGLang's /freeze_gc after warm-up
 #
 # A device call stops at 10 minutes and whatever runs then is lost, so a job starts only when the
 # call has its usual duration left (CALL_S, default 585 s, counted from this script's start; the
@@ -68,7 +70,7 @@ for job in "$@"; do
   fi
   t0=$SECONDS
   case $job in
-    e[0-9]*) rollout ;;
+    e[0-9]*) rollout --prompts-per-request 8 ;;
     t[0-9]*) order=ours,hf_sdpa; [ $(( ${job#t} % 2 )) -eq 0 ] && order=hf_sdpa,ours
         timeout "$left" python3 bench/train_throughput.py --variants "$order" --out "$OUT/$job.json" \
           >/dev/null 2>"/tmp/final-run-$job.err" ;;
@@ -77,9 +79,10 @@ for job in "$@"; do
     tests) timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_megatron_gpu.py \
              tests/test_sglang_gpu.py >"/tmp/final-run-$job.err" 2>&1 ;;
     xbatch) rollout --prompts-per-request 1 8 64 512 ;;
-    xtok4) rollout --sglang-flags "--sglang-tokenizer-worker-num 4" ;;
-    xnotok) rollout --sglang-flags "--sglang-skip-tokenizer-init" ;;
-    xnolog) rollout --sglang-flags "--sglang-log-level-http warning" ;;
+    # --sglang-flags=...: argparse would take a lone "--sglang-..." after --sglang-flags for an option
+    xtok4) rollout "--sglang-flags=--sglang-tokenizer-worker-num 4" ;;
+    xnotok) rollout "--sglang-flags=--sglang-skip-tokenizer-init" ;;
+    xnolog) rollout "--sglang-flags=--sglang-log-level-http warning" ;;
     xgc) rollout --freeze-gc ;;
     http) timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 --rollout-imports \
             >"$OUT/http.json" 2>"/tmp/final-run-$job.err" &&
