@@ -408,6 +408,31 @@ def test_speed_targets_of_the_flashinfer_final_run():
     assert grpo["targets"] == {"not_judged": "2 processes; the targets need at least 3"}
 
 
+def test_the_rollout_edges_run_holds_the_readmes_figures():
+    """bench/README.md's 2026-12-05 section: a group a request takes the GPU's idle edges away; SGLang's
+    server settings do not; the client's collector setting on the GPU host."""
+    run = json.loads((RESULTS / "gpu-rollout-edges-h200-2026-12-05.json").read_text())
+    assert run["gpu_tests"]["result"].startswith("10 passed, 1 skipped")
+
+    def rates_and_edges(bench):
+        util = bench["rounds_gpu_util"]["return_logprob"]
+        return (round(bench["tokens_per_s"]["return_logprob"] / 1000, 1),
+                [round(u["idle_head_s"] + u["idle_tail_s"], 2) for u in util])
+
+    by_batch = run["rollout_edges"]["xbatch"]["by_prompts_per_request"]
+    assert {n: rates_and_edges(b) for n, b in by_batch.items()} == {
+        "1": (48.3, [1.26, 1.53, 1.15]), "8": (55.0, [0.44, 0.05, 0.64]),
+        "64": (57.5, [0.55, 0.01, 0.11]), "512": (52.9, [0.43, 0.38, 0.9])}
+    edges = run["rollout_edges"]
+    assert [rates_and_edges(edges[k]) for k in ("xgc", "xtok4", "xnotok")] == [
+        (46.4, [9.04, 1.34, 1.52]), (46.6, [1.03, 1.1, 0.64]), (44.5, [0.75, 1.09, 0.68])]
+    assert edges["xnotok"]["sglang_flags"] == "--sglang-skip-tokenizer-init"
+    http = run["rollout_http"]
+    assert [http["defaults"]["by_prompts_per_request"][n]["round_s"] for n in ("1", "8")] == [0.5242, 0.2991]
+    frozen = http["rollout_manager_setting"]["by_prompts_per_request"]
+    assert [frozen[n]["round_s"] for n in ("1", "8")] == [0.1649, 0.1603]
+
+
 def test_speed_targets_report_but_do_not_judge_fewer_than_three_processes(tmp_path):
     processes = json.loads((RESULTS / "gpu-final-h200-2026-12-03.json").read_text())["train_throughput"]["processes"]
     files = []
