@@ -37,6 +37,7 @@ if [ -z "${OUT:-}" ] || [ ! -d "$OUT" ]; then
 fi
 CALL_S=${CALL_S:-585}
 export PYTHONPATH=$REPO/reference_impl:$REPO/bench${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+source "$REPO/bench/gpu/common.sh"
 cd "$REPO"
 started=$SECONDS
 
@@ -96,7 +97,7 @@ done
 # the kernels compiled on the machine's first SGLang start (flashinfer's and triton's): their size says
 # whether they could come back through $OUT and travel to the next machine instead of compiling again
 { echo "compiled-kernel caches:"
-  du -sh "${FLASHINFER_WORKSPACE_BASE:-$HOME}/.cache/flashinfer" "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" 2>&1; } \
+  du -sh "$FLASHINFER_CACHE" "$TRITON_CACHE" 2>&1; } \
   >>"$OUT/final_run.log"
 if command -v nvidia-smi >/dev/null; then  # the clocks and temperature the processes ended at
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$OUT/final_run.log" 2>&1

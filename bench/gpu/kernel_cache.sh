@@ -14,8 +14,7 @@
 # which compiles again whatever is older than the sources the wheel has just installed.
 set -euo pipefail
 
-FLASHINFER=${FLASHINFER_WORKSPACE_BASE:-$HOME}/.cache/flashinfer
-TRITON=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
+source "$(dirname "$0")/common.sh"
 PART_MIB=${PART_MIB:-15}
 MAX_MIB=${MAX_MIB:-75}
 
@@ -28,15 +27,15 @@ trap 'rm -rf "$stage"' EXIT
 case $mode in
   pack)
     modules=0
-    for so in "$FLASHINFER"/*/*/cached_ops/*/*.so; do
+    for so in "$FLASHINFER_CACHE"/*/*/cached_ops/*/*.so; do
       [ -e "$so" ] || continue
       name=$(basename "$(dirname "$so")")
       [ "$(basename "$so")" = "$name.so" ] || continue
       mkdir -p "$stage/aot/$name" && cp "$so" "$stage/aot/$name/" && modules=$((modules + 1))
     done
-    [ -d "$TRITON" ] && cp -r "$TRITON" "$stage/triton"
+    [ -d "$TRITON_CACHE" ] && cp -r "$TRITON_CACHE" "$stage/triton"
     if [ "$modules" -eq 0 ] && [ ! -d "$stage/triton" ]; then
-      echo "kernel_cache.sh: no compiled kernels under $FLASHINFER or $TRITON; nothing packed"
+      echo "kernel_cache.sh: no compiled kernels under $FLASHINFER_CACHE or $TRITON_CACHE; nothing packed"
       exit 0
     fi
     tar -czf "$stage.tgz" -C "$stage" .
@@ -61,8 +60,8 @@ case $mode in
     fi
     cat "${parts[@]}" | tar -xz -C "$stage"
     if [ -d "$stage/aot" ]; then mkdir -p "$package/data/aot" && cp -r "$stage/aot/." "$package/data/aot/"; fi
-    if [ -d "$stage/triton" ]; then mkdir -p "$TRITON" && cp -r "$stage/triton/." "$TRITON/"; fi
+    if [ -d "$stage/triton" ]; then mkdir -p "$TRITON_CACHE" && cp -r "$stage/triton/." "$TRITON_CACHE/"; fi
     echo "kernel_cache.sh: $(ls "$stage/aot" 2>/dev/null | wc -l) flashinfer modules into $package/data/aot," \
-         "$(find "$stage/triton" -type f 2>/dev/null | wc -l) triton files into $TRITON" ;;
+         "$(find "$stage/triton" -type f 2>/dev/null | wc -l) triton files into $TRITON_CACHE" ;;
   *) usage ;;
 esac
