@@ -10,7 +10,8 @@ not judged):
                other shapes are reported, not judged)
     rollout    engine_throughput.py --engine sglang at 512 x 512 with return_logprob, at least 55k
                generated tok/s (the median), and its fraction of the memory-bound limit
-               (decode_roofline.py); judged on grpo_step.py --gpu's own rollout the same way
+               (decode_roofline.py), with how many prompts a request carried; judged on
+               grpo_step.py --gpu's own rollout the same way
     GRPO step  grpo_step.py --gpu, ours at most a third of TRL's step (the ratio of the medians of the
                same processes), the set-up reported apart
 
@@ -108,9 +109,13 @@ def rollout(processes: list[tuple[str, dict]]) -> dict:
             raise BadInput(f"{src}: the rollout target is for {ROLLOUT_SHAPE}, this process ran {shape}")
     rates = each(processes, "tokens_per_s", "return_logprob")
     backends = set(each(processes, "attention_backend"))
+    # how the prompts went to the server: alone, or in SGLang's batched form (engine_throughput.py's
+    # --prompts-per-request; files from before the flag sent them alone)
+    batching = {p.get("prompts_per_request", 1) for _, p in processes}
     limit = roofline_limit()
     median = statistics.median(rates)
-    return {"attention_backend": sorted(backends), "tokens_per_s": figure(rates, 1),
+    return {"attention_backend": sorted(backends), "prompts_per_request": sorted(batching),
+            "tokens_per_s": figure(rates, 1),
             "fraction_of_memory_bound_limit": round(median / limit, 3), "limit_tokens_per_s": round(limit, 1),
             "targets": verdict({"at_least_55k": median >= ROLLOUT_TOKENS_PER_S}, len(processes))}
 

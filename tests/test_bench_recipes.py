@@ -401,6 +401,7 @@ def test_speed_targets_of_the_flashinfer_final_run():
     roll = out["rollout"]
     assert roll["tokens_per_s"] == {"each": [43679.8, 45370.6, 46054.5], "median": 45370.6, "spread": 0.0523}
     assert roll["attention_backend"] == ["flashinfer"] and roll["fraction_of_memory_bound_limit"] == 0.325
+    assert roll["prompts_per_request"] == [1]
     assert roll["targets"] == {"at_least_55k": False}
     grpo = out["grpo_step"]
     assert grpo["ours_step_s"]["each"] == [8.8813, 8.8463] and grpo["trl_step_s"]["each"] == [27.243, 29.581]
@@ -431,6 +432,24 @@ def test_the_rollout_edges_run_holds_the_readmes_figures():
     assert [http["defaults"]["by_prompts_per_request"][n]["round_s"] for n in ("1", "8")] == [0.5242, 0.2991]
     frozen = http["rollout_manager_setting"]["by_prompts_per_request"]
     assert [frozen[n]["round_s"] for n in ("1", "8")] == [0.1649, 0.1603]
+
+
+def test_speed_targets_say_how_the_rollout_sent_its_prompts(tmp_path):
+    """The rollout's figure depends on how many prompts a request carried: the summary says, and a file
+    from before engine_throughput.py had --prompts-per-request counts as one a request."""
+    processes = json.loads((RESULTS / "gpu-final-h200-2026-12-04.json").read_text())["engine_throughput"]["processes"]
+    files = []
+    for i, (p, batching) in enumerate(zip(processes, (8, 8, None))):
+        p = dict(p)
+        if batching is None:
+            del p["prompts_per_request"]
+        else:
+            p["prompts_per_request"] = batching
+        files.append(tmp_path / f"e{i}.json")
+        files[-1].write_text(json.dumps(p))
+    import speed_targets
+
+    assert speed_targets.main(["--rollout", *map(str, files)])["rollout"]["prompts_per_request"] == [1, 8]
 
 
 def test_speed_targets_report_but_do_not_judge_fewer_than_three_processes(tmp_path):
