@@ -151,12 +151,17 @@ def gpu_prompts(out: Path, n: int) -> Path:
     return h.write_prompts(rows, out / "prompts.jsonl")
 
 
-async def generate_ignore_eos(args, sample, sampling_params):
-    """--custom-generate-function-path for the GPU recipe: the default generate, every response
-    forced to its full length (SGLang's ``ignore_eos``), as TRL's ``min_new_tokens`` forces it."""
+def generate_rollout_ignore_eos(args, rollout_id, data_source, evaluation=False):
+    """--rollout-function-path for the GPU recipe: slime-ref's default rollout, every response forced
+    to its full length (SGLang's ``ignore_eos``), as TRL's ``min_new_tokens`` forces it. It is set in
+    the rollout's sampling parameters, where slime's GenerateState keeps them, so each group still goes
+    to SGLang as one request of 8 prompts, as a user's default rollout sends it (a custom generate
+    function would send each sample alone)."""
     from slime_ref.rollout import sglang_rollout
 
-    return await sglang_rollout.generate(args, sample, {**sampling_params, "ignore_eos": True})
+    if not evaluation:
+        sglang_rollout.generation_state(args).sampling_params["ignore_eos"] = True
+    return sglang_rollout.generate_rollout(args, rollout_id, data_source, evaluation=evaluation)
 
 
 def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_graph: bool = True,
@@ -170,7 +175,7 @@ def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_grap
         "--rollout-batch-size", str(r["prompts"]), "--n-samples-per-prompt", str(r["samples_per_prompt"]),
         "--global-batch-size", str(r["prompts"] * r["samples_per_prompt"]),
         "--rollout-max-response-len", str(r["new_tokens"]), "--rollout-temperature", "1.0",
-        "--custom-generate-function-path", "grpo_step.generate_ignore_eos",
+        "--rollout-function-path", "grpo_step.generate_rollout_ignore_eos",
         "--sglang-server-concurrency", str(r["prompts"] * r["samples_per_prompt"]),
         "--advantage-estimator", "grpo", "--eps-clip", "0.2", "--calculate-per-token-loss",
         "--optimizer", "adam", "--lr", str(r["lr"]), "--lr-decay-style", "constant", "--weight-decay", "0.0",
@@ -245,7 +250,7 @@ def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_
     if dry_run:
         from slime_ref.utils.hooks import load_function
 
-        load_function(args.custom_generate_function_path, "--custom-generate-function-path")
+        load_function(args.rollout_function_path, "--rollout-function-path")
         result["dry_run"] = {
             "flags_parse": True,
             "rollout_engine": args.rollout_engine,

@@ -46,7 +46,7 @@ TE_FREE_FLAGS = ["--transformer-impl", "local", "--spec", "te_named_local_spec",
                  "--no-rope-fusion", "--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion",
                  "--no-persist-layer-norm"]
 # slime-ref's own flags in grpo_step's recipe, which slime does not have
-OURS_ONLY = {"--rollout-engine", "--output-dir", "--custom-generate-function-path"}
+OURS_ONLY = {"--rollout-engine", "--output-dir", "--rollout-function-path"}
 # SGLang's attention for both trainers: triton, because the real-slime set's flashinfer comes without the
 # CUDA headers its kernels compile against (bench/gpu/make_slime_set.sh)
 ATTENTION_BACKEND = "triton"
@@ -57,7 +57,8 @@ GENERATED_PER_STEP = R["prompts"] * R["samples_per_prompt"] * R["new_tokens"]
 
 async def slime_generate_ignore_eos(args, sample, sampling_params):
     """--custom-generate-function-path for slime: its default generate, every response forced to its
-    full length (SGLang's ``ignore_eos``), as grpo_step.generate_ignore_eos does for slime-ref."""
+    full length (SGLang's ``ignore_eos``), as grpo_step.generate_rollout_ignore_eos does for slime-ref.
+    slime's default rollout sends each sample alone either way."""
     from slime.rollout.sglang_rollout import generate
 
     return await generate(args, sample, {**sampling_params, "ignore_eos": True})

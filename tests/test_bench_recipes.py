@@ -49,7 +49,8 @@ def test_gpu_recipe_parses_colocated_on_real_sglang_with_forced_lengths(tiny, tm
     assert args.rollout_batch_size * args.n_samples_per_prompt == args.global_batch_size == 512
     assert args.rollout_max_response_len == 512 and args.sglang_server_concurrency == 512
     assert args.sglang_extra["sglang_attention_backend"] == "flashinfer"  # the GPU benches' default
-    assert load_function(args.custom_generate_function_path, "x") is grpo_step.generate_ignore_eos
+    assert load_function(args.rollout_function_path, "x") is grpo_step.generate_rollout_ignore_eos
+    assert args.custom_generate_function_path is None  # the default generate: one request a group
     fa3 = parse_args(grpo_step.gpu_flags(tiny.model_dir, tiny.train_path, tmp_path, 4, attention_backend="fa3"))
     assert fa3.sglang_extra["sglang_attention_backend"] == "fa3"  # --attention-backend reaches SGLang
     # decode graphs cover all 512 requests of one decode batch, given once (vs_slime hands slime the same flags)

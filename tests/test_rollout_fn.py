@@ -94,6 +94,48 @@ def test_a_group_of_fresh_samples_is_one_request(tiny, servers, tmp_path, reques
     assert any(len({tuple(s.tokens) for s in g}) > 1 for g in out.samples)
 
 
+def test_a_hook_changes_the_rollouts_sampling_params_through_generate_state(tiny, servers, tmp_path, requests,
+                                                                             monkeypatch):
+    """slime's GenerateState(args).sampling_params is the dict every group of the default rollout is
+    sent with: a hook that sets ignore_eos there gets full-length responses, still one request a group;
+    another run's args start again from the flags."""
+    from slime_check.compat.slime.rollout.sglang_rollout import GenerateState
+
+    params = []
+    batch = SGLangClient.generate_batch
+
+    async def generate_batch(self, input_ids, sampling_params, *a, **kw):
+        params.append(dict(sampling_params))
+        return await batch(self, input_ids, sampling_params, *a, **kw)
+
+    monkeypatch.setattr(SGLangClient, "generate_batch", generate_batch)
+    args = rollout_args(tiny, servers, tmp_path)
+    GenerateState(args).sampling_params["ignore_eos"] = True
+    out = sglang_rollout.generate_rollout(args, 0, make_data_source(args, load_tokenizer(args)))
+    assert requests == [4, 4, 4] and [p.get("ignore_eos") for p in params] == [True] * 3
+    assert [s.response_length for g in out.samples for s in g] == [6] * 12
+
+    params.clear()
+    fresh = rollout_args(tiny, servers, tmp_path)
+    sglang_rollout.generate_rollout(fresh, 0, make_data_source(fresh, load_tokenizer(fresh)))
+    assert params == [sglang_rollout.sampling_params(fresh)] * 3 and "ignore_eos" not in params[0]
+
+
+def test_the_gpu_benchs_rollout_forces_full_lengths_one_request_a_group(tiny, servers, tmp_path, requests,
+                                                                        monkeypatch):
+    """grpo_step.py --gpu's --rollout-function-path: every response runs to --rollout-max-response-len
+    (as TRL's min_new_tokens), and a group still goes as one request, as a user's default rollout."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import grpo_step
+
+    args = rollout_args(tiny, servers, tmp_path)
+    out = grpo_step.generate_rollout_ignore_eos(args, 0, make_data_source(args, load_tokenizer(args)))
+    assert requests == [4, 4, 4]
+    assert [s.response_length for g in out.samples for s in g] == [6] * 12
+
+
 def test_batches_respect_the_in_flight_limit(tiny, servers, tmp_path, requests):
     args = rollout_args(tiny, servers, tmp_path, "--sglang-server-concurrency", "3")
     out = sglang_rollout.generate_rollout(args, 0, make_data_source(args, load_tokenizer(args)))
@@ -134,7 +176,7 @@ def test_an_aborted_rollout_marks_the_batch_aborted(tiny, servers, tmp_path, req
     group = make_data_source(args, load_tokenizer(args)).get_samples(1)[0]
 
     async def aborted_then_generate():
-        state = sglang_rollout._state(args)
+        state = sglang_rollout.generation_state(args)
         state.reset()
         state.aborted = True
         try:

@@ -9,6 +9,8 @@ One rollout, as in slime::
             (or call --custom-generate-function-path), then score it (rewards.async_rm)
             -- a group of fresh samples served by this default goes as one batched /generate
                (SGLang's list-of-input_ids form): the same samples, one request instead of n
+        (every group is sent with generation_state(args).sampling_params, slime's GenerateState's:
+         built from the --rollout-* flags, open to a hook's changes)
         as each group finishes: --group-rm scoring, then --dynamic-sampling-filter-path keep/drop
     abort what is still running on every engine; with --partial-rollout the half-done groups go
     back to the data source's buffer, to be continued in a later rollout
@@ -43,7 +45,7 @@ logger = logging.getLogger(__name__)
 ROLLOUT_RETRIES = 60  # slime's http_utils.post max_retries
 
 __all__ = ["RolloutFnEvalOutput", "RolloutFnTrainOutput", "call_rollout_fn", "generate", "generate_rollout",
-           "sampling_params"]
+           "generation_state", "sampling_params"]
 
 
 @dataclass
@@ -96,6 +98,7 @@ class _GenerateState:
 
         self.key = _state_key(args)
         self.tokenizer = load_tokenizer(args)
+        self.use_args(args)
         # slime's post(): an answer of HTTP 5xx or no connection is retried 60 times, 1 s apart
         self.client = SGLangClient(router_url(args), retries=ROLLOUT_RETRIES, backoff_s=1.0, max_backoff_s=1.0)
         num_engines = max(1, len(getattr(args, "rollout_engine_urls", None) or [None]))
@@ -107,6 +110,13 @@ class _GenerateState:
         self.aborted = False
         self._engine_clients: dict[str, SGLangClient] = {}
         self._prompt_ids: dict[str, list[int]] = {}
+
+    def use_args(self, args) -> None:
+        """The training rollout's sampling parameters, built once per run's args as slime's
+        GenerateState builds them. A hook may change them (``GenerateState(args).sampling_params``),
+        and every group of the default rollout after that is sent with the change."""
+        self.args = args
+        self.sampling_params = sampling_params(args)
 
     def prompt_ids(self, prompt) -> list[int]:
         """The prompt's token ids. All samples of a group share one prompt: encode it once."""
@@ -151,17 +161,20 @@ def _state_key(args) -> tuple:
     return router_url(args), args.hf_checkpoint, args.sglang_server_concurrency, engines
 
 
-def _state(args) -> _GenerateState:
-    """The state for this router and model; created inside the shared loop (it owns a semaphore)."""
+def generation_state(args) -> _GenerateState:
+    """The rollout's per-process state for this router and model (slime's GenerateState). Its
+    semaphore and lock bind to the loop that first waits on them, the shared loop of ``run``."""
     global _STATE
     if _STATE is None or _STATE.key != _state_key(args):
         _STATE = _GenerateState(args)
+    elif _STATE.args is not args:  # another run's args on the same router: its own sampling parameters
+        _STATE.use_args(args)
     return _STATE
 
 
 async def generate(args, sample: Sample, sampling_params: dict[str, Any]) -> Sample:
     """The default per-sample generation: token ids in, response tokens and their log-probs out."""
-    state = _state(args)
+    state = generation_state(args)
     if sample.status not in (Sample.Status.PENDING, Sample.Status.ABORTED):
         raise ValueError(f"sample {sample.index} is {sample.status.value}; only pending or aborted samples generate")
     if not sample.tokens:
@@ -197,7 +210,7 @@ async def generate_and_rm(args, sample: Sample, sampling_params: dict[str, Any],
     if sample.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED):
         return sample  # finished in an earlier, aborted rollout
 
-    state = _state(args)
+    state = generation_state(args)
     async with state.semaphore:
         if state.aborted:
             sample.status = Sample.Status.ABORTED
@@ -224,7 +237,7 @@ def _served_by_default_generate(args, sample: Sample) -> bool:
 
 async def generate_batch(args, samples: list[Sample], sampling_params: dict[str, Any]) -> list[Sample]:
     """:func:`generate` for fresh samples (pending, no response yet) in one batched /generate."""
-    state = _state(args)
+    state = generation_state(args)
     for sample in samples:
         if not sample.tokens:
             sample.tokens = state.prompt_ids(sample.prompt)
@@ -239,7 +252,7 @@ async def generate_batch(args, samples: list[Sample], sampling_params: dict[str,
 async def _generate_and_rm_fresh(args, samples: list[Sample], params: dict[str, Any]) -> list[Sample]:
     """Fresh samples of one group through :func:`generate_batch` (in batches of at most the
     in-flight capacity), then scored one by one (unless --group-rm), as generate_and_rm would."""
-    state = _state(args)
+    state = generation_state(args)
     for start in range(0, len(samples), state.capacity):
         batch = samples[start:start + state.capacity]
         async with state.slots(len(batch)):
@@ -256,7 +269,7 @@ async def _generate_and_rm_fresh(args, samples: list[Sample], params: dict[str, 
 
 
 async def generate_and_rm_group(args, group: list[Sample], sampling_params: dict[str, Any], evaluation: bool = False):
-    state = _state(args)
+    state = generation_state(args)
     if state.aborted:
         return group
     fresh = [i for i, s in enumerate(group)
@@ -280,7 +293,7 @@ async def generate_and_rm_group(args, group: list[Sample], sampling_params: dict
 
 async def abort(args, rollout_id: int) -> list[list[Sample]]:
     """Stop every engine's in-flight requests; return the unfinished groups if --partial-rollout."""
-    state = _state(args)
+    state = generation_state(args)
     state.aborted = True
     if state.pending:  # nothing in flight, nothing to abort
         urls = getattr(args, "rollout_engine_urls", None) or []
@@ -300,13 +313,13 @@ async def abort(args, rollout_id: int) -> list[list[Sample]]:
 
 
 async def generate_rollout_async(args, rollout_id: int, get_samples) -> tuple[RolloutFnTrainOutput, list]:
-    state = _state(args)
+    state = generation_state(args)
     state.reset()
     dynamic_filter = (
         load_function(args.dynamic_sampling_filter_path, "--dynamic-sampling-filter-path")
         if args.dynamic_sampling_filter_path else None
     )
-    params = sampling_params(args)
+    params = dict(state.sampling_params)
     target = args.rollout_batch_size
     kept: list[list[Sample]] = []
     finished: list[list[Sample]] = []  # every finished group, kept or dropped by the dynamic filter
@@ -352,7 +365,7 @@ def _group_index(group: list) -> int:
 
 
 async def eval_rollout(args, rollout_id: int) -> RolloutFnEvalOutput:
-    _state(args).reset()
+    generation_state(args).reset()
     results = await asyncio.gather(*(_eval_one(args, name, path) for name, path in args.eval_datasets))
     return RolloutFnEvalOutput(data=dict(results))
 

@@ -2,7 +2,7 @@
 
 ``--custom-generate-function-path`` hooks through ``generate_and_rm`` (``slime_ref.rollout.sglang_rollout``,
 slime's name and arguments). slime's tests swap its ``GenerateState`` singleton for a fake; slime-ref's
-per-process state is reached through ``sglang_rollout._state``, so that is what the fixture swaps.
+per-process state is reached through ``sglang_rollout.generation_state``, so that is what the fixture swaps.
 Every test is ported.
 """
 
@@ -85,7 +85,7 @@ def patch_generate_state(monkeypatch):
     from slime_ref.rollout import sglang_rollout
 
     state = _FakeGenerateState()
-    monkeypatch.setattr(sglang_rollout, "_state", lambda args: state)
+    monkeypatch.setattr(sglang_rollout, "generation_state", lambda args: state)
     return sglang_rollout
 
 

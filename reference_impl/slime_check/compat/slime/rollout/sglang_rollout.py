@@ -15,12 +15,12 @@ class GenerateState:
     def __new__(cls, args):
         if cls._instance is None or cls._instance.args is not args:
             self = super().__new__(cls)
-            state = _ref._state(args)
+            state = _ref.generation_state(args)
             self.args = args
             self.tokenizer = state.tokenizer
             self.processor = None
             self.semaphore = state.semaphore
-            self.sampling_params = _ref.sampling_params(args)
+            self.sampling_params = state.sampling_params  # the rollout's own: a change here is sent
             self.reset()
             cls._instance = self
         return cls._instance
