@@ -81,6 +81,7 @@ RULES = [
     (["--rollout-temperature", "0"], "--rollout-temperature must be > 0"),
     (["--rollout-temperature", "-1"], "--rollout-temperature must be > 0"),
     (["--rollout-top-p", "0"], "--rollout-top-p must be in \\(0, 1\\]"),
+    (["--rollout-top-p", "0.95"], "--rollout-top-p 0.95: below 1, slime v0.3.1 turns on top-p replay"),
     (["--rollout-top-k", "0"], "--rollout-top-k must be -1"),
     (["--eps-clip-c", "1.0"], "--eps-clip-c 1.0 must be > 1.0"),
     (["--eps-clip", "-0.1"], "--eps-clip must be >= 0"),

@@ -614,3 +614,8 @@ def test_flags_slime_ref_does_not_implement_are_left_out_and_named():
                                         "--sglang-mem-fraction-static", "0.7", "--colocate"])
     assert dropped == ["--optimizer-cpu-offload", "--attention-softmax-in-fp32"]
     assert kept == ["--lr", "1e-6", "--sglang-mem-fraction-static", "0.7", "--colocate"]
+    # a top-p below 1 is slime's top-p replay, which slime-ref refuses: the rehearsal samples at 1
+    kept, dropped = drop_unimplemented(["--rollout-top-p", "0.95", "--eval-top-p", "0.9", "--lr", "1e-6"])
+    assert dropped == ["--rollout-top-p 0.95 (top-p replay)"]
+    assert kept == ["--eval-top-p", "0.9", "--lr", "1e-6"]
+    assert drop_unimplemented(["--rollout-top-p", "1.0"]) == (["--rollout-top-p", "1.0"], [])

@@ -185,6 +185,13 @@ def _int(values, default=None):
         return default
 
 
+def _float(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
 def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path]) -> Shrunk:
     """The same job at toy size. ``data`` maps "prompt" and eval names to the small files under OUT."""
     from slime_common.registry import load_registry
@@ -260,7 +267,8 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
 
 def drop_unimplemented(argv: list[str]) -> tuple[list[str], list[str]]:
     """slime's flags slime-ref's parser does not declare (nor passes to SGLang or the router) are left out
-    of the rehearsal, and named; slime-ref would refuse them."""
+    of the rehearsal, and named; slime-ref would refuse them. So is a top-p below 1, which turns on
+    slime's top-p replay (the rehearsal samples with top-p 1)."""
     from slime_common.registry import load_registry
     from slime_ref.arguments import build_parser
 
@@ -271,6 +279,9 @@ def drop_unimplemented(argv: list[str]) -> tuple[list[str], list[str]]:
         spec = reg.lookup(flag)
         if flag not in known and spec is not None and spec.source not in ("sglang", "sglang-patch", "router"):
             dropped.append(flag)
+            continue
+        if flag == "--rollout-top-p" and values and _float(values[-1]) not in (None, 1.0):
+            dropped.append(f"--rollout-top-p {values[-1]} (top-p replay)")
             continue
         kept += [flag, *values]
     return kept, dropped

@@ -652,6 +652,13 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
                         "(RL needs sampled responses; use a small value like 0.01 for near-greedy)")
     if not 0 < args.rollout_top_p <= 1:
         raise UserError(f"--rollout-top-p must be in (0, 1], got {args.rollout_top_p}")
+    if args.rollout_top_p != 1.0:
+        # slime v0.3.1 (GenerateState, ray/rollout.py, megatron_utils/loss.py): a top-p below 1 asks its
+        # patched SGLang for each step's nucleus and trains on log-probs renormalised over it
+        raise UserError(f"--rollout-top-p {args.rollout_top_p}: below 1, slime v0.3.1 turns on top-p replay "
+                        "(the trainer's log-probs renormalised over each step's nucleus, which its patched "
+                        "SGLang returns), and slime-ref does not implement it; use --rollout-top-p 1.0 "
+                        "(--eval-top-p may stay below 1)")
     if args.rollout_top_k == 0 or args.rollout_top_k < -1:
         raise UserError(f"--rollout-top-k must be -1 (off) or >= 1, got {args.rollout_top_k}")
     if args.rollout_max_context_len is not None:
