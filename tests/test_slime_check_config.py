@@ -279,3 +279,17 @@ def test_full_iteration_cuda_graph_flags_need_the_nan_check_off_and_do_nothing_i
     warned = graphs("--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration",
                     "--no-check-for-nan-in-loss-and-grad")
     assert [f.status for f in warned] == [Status.WARN] and "eagerly" in warned[0].finding
+
+
+def test_a_rollout_top_p_below_one_warns_of_slimes_top_p_replay():
+    def replay(*extra):
+        return [f for f in lint_argv(words(*BASE, *extra)) if f.id == "config.top_p_replay"]
+
+    assert replay() == [] and replay("--rollout-top-p", "1.0") == [] and replay("--eval-top-p", "0.9") == []
+    warned = replay("--rollout-top-p", "0.95")
+    assert [f.status for f in warned] == [Status.WARN]
+    assert warned[0].finding.startswith(f"--rollout-top-p 0.95 (argv:{len(BASE) + 1}) is below 1")
+    assert "patch" in warned[0].finding and "assertion" in warned[0].finding and "1.0" in warned[0].fix
+    assert "append_response_tokens" not in warned[0].finding
+    hooked = replay("--rollout-top-p", "0.95", "--custom-generate-function-path", "my.generate")
+    assert "append_response_tokens" in hooked[0].finding

@@ -1002,8 +1002,25 @@ def check_cuda_graphs(cfg: Config) -> list[Finding]:
                     "replays each repeated step shape from a CUDA graph with them.", ARGS_DOC)]
 
 
+def check_top_p_replay(cfg: Config) -> list[Finding]:
+    """slime v0.3.1 turns on top-p replay at a rollout top-p below 1: GenerateState asks SGLang for each
+    step's nucleus, ray/rollout.py asserts that every sample carries it, and the loss renormalises the
+    log-probs over it. Only SGLang with slime's patch (sglang-top_p.patch) returns the nucleus."""
+    top_p = cfg.number("--rollout-top-p")
+    if not known(top_p) or top_p == 1.0:
+        return []
+    hook = (" A --custom-generate-function-path must keep them on each sample too: pass SGLang's meta_info to "
+            "sample.append_response_tokens." if cfg.has("--custom-generate-function-path") else "")
+    return [Finding("config.top_p_replay", Status.WARN,
+                    f"--rollout-top-p {top_p}{cfg.where('--rollout-top-p')} is below 1, which turns on slime's "
+                    "top-p replay: every sample must carry the nucleus token ids that only SGLang with slime's "
+                    "patch returns (slime's image). With a stock SGLang the run stops on an assertion as the "
+                    f"first rollout becomes training data.{hook}",
+                    "Run on slime's image (its patched SGLang), or set --rollout-top-p 1.0.", BATCH_DOC)]
+
+
 RULES = [check_flags, check_batch, check_gpus, check_parallelism, check_kl, check_validate_args, check_critic,
-         check_transformer_impl, check_cuda_graphs, check_hooks, check_hf_config, check_data]
+         check_transformer_impl, check_cuda_graphs, check_top_p_replay, check_hooks, check_hf_config, check_data]
 
 
 def lint_argv(argv: list[Word], entry: str = "train.py", reg: Registry | None = None) -> list[Finding]:
