@@ -121,6 +121,17 @@ def test_a_hook_changes_the_rollouts_sampling_params_through_generate_state(tiny
     assert params == [sglang_rollout.sampling_params(fresh)] * 3 and "ignore_eos" not in params[0]
 
 
+def test_a_hooks_sampling_params_outlive_new_engine_urls(tiny, servers, tmp_path):
+    """--use-fault-tolerance re-lists the engines after a restart, which makes a new rollout state; a
+    hook's change to the sampling parameters carries over, as with slime's one GenerateState."""
+    args = rollout_args(tiny, servers, tmp_path)
+    state = sglang_rollout.generation_state(args)
+    state.sampling_params["ignore_eos"] = True
+    args.rollout_engine_urls = [*args.rollout_engine_urls, "http://127.0.0.1:9"]
+    again = sglang_rollout.generation_state(args)
+    assert again is not state and again.sampling_params["ignore_eos"] is True
+
+
 def test_the_gpu_benchs_rollout_forces_full_lengths_one_request_a_group(tiny, servers, tmp_path, requests,
                                                                         monkeypatch):
     """grpo_step.py --gpu's --rollout-function-path: every response runs to --rollout-max-response-len

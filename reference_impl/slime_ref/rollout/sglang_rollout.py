@@ -166,7 +166,9 @@ def generation_state(args) -> _GenerateState:
     semaphore and lock bind to the loop that first waits on them, the shared loop of ``run``."""
     global _STATE
     if _STATE is None or _STATE.key != _state_key(args):
-        _STATE = _GenerateState(args)
+        previous, _STATE = _STATE, _GenerateState(args)
+        if previous is not None and previous.args is args:  # the same run on new engines (a restart)
+            _STATE.sampling_params = previous.sampling_params  # keeps a hook's changes, as slime's singleton
     elif _STATE.args is not args:  # another run's args on the same router: its own sampling parameters
         _STATE.use_args(args)
     return _STATE
