@@ -141,6 +141,7 @@ def test_the_gpu_benchs_rollout_forces_full_lengths_one_request_a_group(tiny, se
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
     import grpo_step
 
+    monkeypatch.setattr(sglang_rollout, "_STATE", None)  # the state is made here, outside the rollout's loop
     args = rollout_args(tiny, servers, tmp_path)
     out = grpo_step.generate_rollout_ignore_eos(args, 0, make_data_source(args, load_tokenizer(args)))
     assert requests == [4, 4, 4]
