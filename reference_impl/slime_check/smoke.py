@@ -185,13 +185,6 @@ def _int(values, default=None):
         return default
 
 
-def _float(value: str) -> float | None:
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
 def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path]) -> Shrunk:
     """The same job at toy size. ``data`` maps "prompt" and eval names to the small files under OUT."""
     from slime_common.registry import load_registry
@@ -280,7 +273,8 @@ def drop_unimplemented(argv: list[str]) -> tuple[list[str], list[str]]:
         if flag not in known and spec is not None and spec.source not in ("sglang", "sglang-patch", "router"):
             dropped.append(flag)
             continue
-        if flag == "--rollout-top-p" and values and _float(values[-1]) not in (None, 1.0):
+        # convert gives the word back when it is not a number, which slime-ref's parser then names
+        if flag == "--rollout-top-p" and values and spec.convert(values[-1]) not in (values[-1], 1.0):
             dropped.append(f"--rollout-top-p {values[-1]} (top-p replay)")
             continue
         kept += [flag, *values]
