@@ -245,7 +245,10 @@ def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_
     result = {"recipe": {**GPU_RECIPE, "model": "Qwen3-0.6B shapes, random bf16 weights" if not dry_run
                          else "dry run: 2 layers, hidden 64, Qwen3-0.6B's vocabulary",
                          "steps": steps, "trl_steps": trl_steps, "sglang_decode_cuda_graphs": cuda_graph,
-                         "sglang_attention_backend": attention_backend, "sglang_flags": sglang_flags},
+                         "sglang_attention_backend": attention_backend, "sglang_flags": sglang_flags,
+                         # generate_rollout_ignore_eos sends each group as one /generate
+                         # (tests/test_rollout_fn.py holds it to that)
+                         "rollout_prompts_per_request": GPU_RECIPE["samples_per_prompt"]},
               "reference": TRL_GPU_REFERENCE}
     if dry_run:
         from slime_ref.utils.hooks import load_function

@@ -13,7 +13,8 @@ not judged):
                (decode_roofline.py), with how many prompts a request carried; judged on
                grpo_step.py --gpu's own rollout the same way
     GRPO step  grpo_step.py --gpu, ours at most a third of TRL's step (the ratio of the medians of the
-               same processes), the set-up reported apart
+               same processes), the set-up reported apart, with how many prompts its rollout sent a
+               request
 
     python bench/speed_targets.py --train tt1.json tt2.json tt3.json --grpo g1.json g2.json g3.json \\
         --rollout e1.json e2.json e3.json
@@ -127,7 +128,10 @@ def grpo(processes: list[tuple[str, dict]]) -> dict:
     rollout_rates = each(processes, "ours", "tokens_per_s", "generated_per_rollout_s")
     ratio = statistics.median(ours) / statistics.median(trl)
     rollout_median = statistics.median(rollout_rates)
+    # files from before the recipe said so sent each sample alone (a custom generate function)
+    batching = {p.get("recipe", {}).get("rollout_prompts_per_request", 1) for _, p in processes}
     return {"ours_step_s": figure(ours, 3), "trl_step_s": figure(trl, 3), "ours_over_trl": round(ratio, 3),
+            "ours_rollout_prompts_per_request": sorted(batching),
             "ours_rollout_tokens_per_s": figure(rollout_rates, 1),
             "ours_rollout_s": figure(each(processes, "ours", "phase_median_s", "rollout"), 3),
             "ours_train_s": figure(each(processes, "ours", "phase_median_s", "train"), 3),

@@ -407,6 +407,7 @@ def test_speed_targets_of_the_flashinfer_final_run():
     grpo = out["grpo_step"]
     assert grpo["ours_step_s"]["each"] == [8.8813, 8.8463] and grpo["trl_step_s"]["each"] == [27.243, 29.581]
     assert grpo["ours_over_trl"] == 0.312 and grpo["ours_rollout_tokens_per_s"]["median"] == 46577.5
+    assert grpo["ours_rollout_prompts_per_request"] == [1]  # a custom generate then: each sample alone
     assert grpo["targets"] == {"not_judged": "2 processes; the targets need at least 3"}
 
 
@@ -451,6 +452,25 @@ def test_speed_targets_say_how_the_rollout_sent_its_prompts(tmp_path):
     import speed_targets
 
     assert speed_targets.main(["--rollout", *map(str, files)])["rollout"]["prompts_per_request"] == [1, 8]
+
+
+def test_speed_targets_say_how_the_grpo_steps_rollout_sent_its_prompts(tmp_path):
+    """grpo_step.py --gpu's recipe says a group goes as one request (tests/test_rollout_fn.py holds the
+    rollout to it); its files from before that sent each sample alone and count as one a request."""
+    import grpo_step
+    import speed_targets
+
+    recipe = grpo_step.run_gpu(tmp_path / "dry", steps=5, trl_steps=3, trainers=["ours", "trl"], dry_run=True,
+                               cuda_graph=True)["recipe"]
+    assert recipe["rollout_prompts_per_request"] == recipe["samples_per_prompt"] == 8
+    processes = json.loads((RESULTS / "gpu-final-h200-2026-12-04.json").read_text())["grpo_step_gpu"]["processes"]
+    files = []
+    for i, p in enumerate([*processes, processes[0]]):
+        if i:  # the first stays as it was run: a custom generate, each sample alone
+            p = {**p, "recipe": recipe}
+        files.append(tmp_path / f"g{i}.json")
+        files[-1].write_text(json.dumps(p))
+    assert speed_targets.main(["--grpo", *map(str, files)])["grpo_step"]["ours_rollout_prompts_per_request"] == [1, 8]
 
 
 def test_speed_targets_report_but_do_not_judge_fewer_than_three_processes(tmp_path):
