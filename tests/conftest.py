@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 # Before anything imports transformers or ray: never reach a hub, keep Ray on 127.0.0.1, no telemetry.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -10,8 +11,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Every process the tests start inherits this mark (Ray's workers and the engines included), so one
+# left behind is found at the end of the session even after its parent has died.
+SESSION_MARK = "SLIME_SKILL_TEST_SESSION"
+os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
 
-import pytest
+import psutil  # noqa: E402
+import pytest  # noqa: E402
 
 
 def _cuda_available() -> bool:
@@ -37,3 +43,61 @@ def tiny(tmp_path_factory):
     from slime_ref.assets import make_tiny
 
     return make_tiny(tmp_path_factory.mktemp("tiny") / "assets", seed=0)
+
+
+# -- processes left behind --------------------------------------------------------------------------
+# A test stops what it starts. Whatever still runs at the end of the session is listed in the
+# summary with the test that was running when it started, then stopped by pid.
+
+LEFTOVER_GRACE_S = 15  # a process told to stop by the last test's teardown may still be exiting
+# psutil's create_time counts from the boot time in whole seconds (/proc/stat's btime); this shift
+# puts it on time.time()'s clock to within a clock tick, to tell which test started a process
+_CREATE_TIME_SHIFT = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) - psutil.boot_time()
+_test_spans: list[tuple[str, float, float]] = []  # (test, start, end), wall clock
+_leftovers: list[str] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    start = time.time()
+    yield
+    _test_spans.append((item.nodeid, start, time.time()))
+
+
+def _marked_processes() -> list[psutil.Process]:
+    mark, found = os.environ[SESSION_MARK], []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(SESSION_MARK) == mark:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def _started_during(create_time: float) -> str:
+    created = create_time + _CREATE_TIME_SHIFT
+    return next((test for test, start, end in _test_spans if start - 0.02 <= created <= end + 0.02),
+                "no test (between tests)")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _, alive = psutil.wait_procs(_marked_processes(), timeout=LEFTOVER_GRACE_S)
+    for proc in alive:
+        try:
+            line = (f"pid {proc.pid} {' '.join(proc.cmdline())[:120]!r}, started during "
+                    f"{_started_during(proc.create_time())}")
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+        _leftovers.append(line)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _leftovers:
+        terminalreporter.write_sep("=", f"{len(_leftovers)} process(es) left behind by the tests, now killed",
+                                   yellow=True)
+        for line in _leftovers:
+            terminalreporter.write_line(line)

@@ -1,0 +1,44 @@
+"""The test session's own check: a process a test leaves behind is named at the end with the test
+that started it, and stopped, even when its parent has died (as a Ray worker outlives its raylet)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+INNER_TESTS = '''
+import subprocess, sys
+
+def test_leaves_an_orphan_behind():
+    # the child starts a sleeper and exits without waiting: the sleeper is reparented
+    subprocess.run([sys.executable, "-c", "import subprocess; subprocess.Popen(['sleep', '311'])"], check=True)
+
+def test_stops_what_it_starts():
+    proc = subprocess.Popen(["sleep", "312"])
+    proc.kill()
+    proc.wait()
+'''
+
+
+def test_a_process_left_behind_is_named_with_its_test_and_stopped(tmp_path):
+    shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
+    (tmp_path / "test_inner.py").write_text(INNER_TESTS)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr  # reported, not failed
+    assert "1 process(es) left behind by the tests, now killed" in out, out
+    found = re.search(r"pid (\d+) 'sleep 311', started during test_inner.py::test_leaves_an_orphan_behind", out)
+    assert found, out
+    assert "312" not in out  # what a test stopped itself is not named
+    pid = int(found.group(1))
+    try:
+        proc = psutil.Process(pid)
+        assert "311" not in " ".join(proc.cmdline())  # the pid was reused by another process
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        pass
