@@ -35,7 +35,7 @@ def test_a_process_left_behind_is_named_with_its_test_and_stopped(tmp_path):
     assert "1 process(es) left behind by the tests, now killed" in out, out
     found = re.search(r"pid (\d+) 'sleep 311', started during test_inner.py::test_leaves_an_orphan_behind", out)
     assert found, out
-    assert "312" not in out  # what a test stopped itself is not named
+    assert "'sleep 312'" not in out  # what a test stopped itself is not named
     pid = int(found.group(1))
     try:
         proc = psutil.Process(pid)
