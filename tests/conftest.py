@@ -83,10 +83,12 @@ def _started_during(create_time: float) -> str:
                 "no test (between tests)")
 
 
-def pytest_sessionfinish(session, exitstatus):
+def pytest_sessionfinish(session):
     _, alive = psutil.wait_procs(_marked_processes(), timeout=LEFTOVER_GRACE_S)
     for proc in alive:
         try:
+            if proc.status() == psutil.STATUS_ZOMBIE:  # exited; its parent, if left too, is named
+                continue
             line = (f"pid {proc.pid} {' '.join(proc.cmdline())[:120]!r}, started during "
                     f"{_started_during(proc.create_time())}")
             proc.kill()
