@@ -53,6 +53,8 @@ LEFTOVER_GRACE_S = 15  # a process told to stop by the last test's teardown may 
 # psutil's create_time counts from the boot time in whole seconds (/proc/stat's btime); this shift
 # puts it on time.time()'s clock to within a clock tick, to tell which test started a process
 _CREATE_TIME_SHIFT = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) - psutil.boot_time()
+# helpers that a library starts for the test process itself, which end with it, not with a test
+_OWN_HELPERS = ("torch_shm_manager", "multiprocessing.resource_tracker", "multiprocessing.forkserver")
 _test_spans: list[tuple[str, float, float]] = []  # (test, start, end), wall clock
 _leftovers: list[str] = []
 
@@ -70,17 +72,25 @@ def _marked_processes() -> list[psutil.Process]:
         if proc.pid == os.getpid():
             continue
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(SESSION_MARK) == mark:
-                found.append(proc)
+            if proc.status() == psutil.STATUS_ZOMBIE or proc.environ().get(SESSION_MARK) != mark:
+                continue
+            if proc.ppid() == os.getpid() and any(h in " ".join(proc.cmdline()) for h in _OWN_HELPERS):
+                continue
+            found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
 
 
 def _started_during(create_time: float) -> str:
-    created = create_time + _CREATE_TIME_SHIFT
-    return next((test for test, start, end in _test_spans if start - 0.02 <= created <= end + 0.02),
-                "no test (between tests)")
+    """The test that was running when a process started (a start time is rounded down to a clock
+    tick, 10 ms: the middle of the tick is taken)."""
+    created = create_time + _CREATE_TIME_SHIFT + 0.005
+    before = [(test, end) for test, start, end in _test_spans if start <= created]
+    if not before:
+        return "no test (before the first)"
+    test, end = before[-1]
+    return test if created <= end else f"no test (between {test} and the next)"
 
 
 def pytest_sessionfinish(session):

@@ -1,5 +1,7 @@
 """The test session's own check: a process a test leaves behind is named at the end with the test
-that started it, and stopped, even when its parent has died (as a Ray worker outlives its raylet)."""
+that started it, and stopped, even when its parent has died (as a Ray worker outlives its raylet).
+Helpers a library starts for the test process itself (torch's shared-memory manager, multiprocessing's
+resource tracker) end with that process and are not named."""
 
 from __future__ import annotations
 
@@ -15,13 +17,19 @@ INNER_TESTS = '''
 import subprocess, sys
 
 def test_leaves_an_orphan_behind():
-    # the child starts a sleeper and exits without waiting: the sleeper is reparented
-    subprocess.run([sys.executable, "-c", "import subprocess; subprocess.Popen(['sleep', '311'])"], check=True)
+    # the child starts a sleeper and exits without waiting: the sleeper is reparented (the child
+    # lingers a little, so the sleeper starts well inside this test and not at its edge)
+    subprocess.run([sys.executable, "-c", "import subprocess, time; subprocess.Popen(['sleep', '311']); "
+                    "time.sleep(0.3)"], check=True)
 
 def test_stops_what_it_starts():
     proc = subprocess.Popen(["sleep", "312"])
     proc.kill()
     proc.wait()
+
+def test_starts_a_helper_that_ends_with_the_test_process():
+    from multiprocessing import resource_tracker
+    resource_tracker.ensure_running()
 '''
 
 
@@ -36,6 +44,7 @@ def test_a_process_left_behind_is_named_with_its_test_and_stopped(tmp_path):
     found = re.search(r"pid (\d+) 'sleep 311', started during test_inner.py::test_leaves_an_orphan_behind", out)
     assert found, out
     assert "'sleep 312'" not in out  # what a test stopped itself is not named
+    assert "resource_tracker" not in out  # nor a helper of the test process, which ends with it
     pid = int(found.group(1))
     try:
         proc = psutil.Process(pid)
