@@ -47,23 +47,24 @@ def tiny(tmp_path_factory):
 
 # -- processes left behind --------------------------------------------------------------------------
 # A test stops what it starts. Whatever still runs at the end of the session is listed in the
-# summary with the test that was running when it started, then stopped by pid.
+# summary with the test at whose end it was first seen running, then stopped by pid.
 
 LEFTOVER_GRACE_S = 15  # a process told to stop by the last test's teardown may still be exiting
-# psutil's create_time counts from the boot time in whole seconds (/proc/stat's btime); this shift
-# puts it on time.time()'s clock to within a clock tick, to tell which test started a process
-_CREATE_TIME_SHIFT = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) - psutil.boot_time()
 # helpers that a library starts for the test process itself, which end with it, not with a test
 _OWN_HELPERS = ("torch_shm_manager", "multiprocessing.resource_tracker", "multiprocessing.forkserver")
-_test_spans: list[tuple[str, float, float]] = []  # (test, start, end), wall clock
+_pids_running = set(psutil.pids())  # as the last test ended
+_first_seen_after: dict[int, str] = {}  # pid -> the test at whose end it was new
 _leftovers: list[str] = []
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    start = time.time()
+    global _pids_running
     yield
-    _test_spans.append((item.nodeid, start, time.time()))
+    running = set(psutil.pids())  # a listing of /proc: about a millisecond
+    for pid in running - _pids_running:
+        _first_seen_after[pid] = item.nodeid
+    _pids_running = running
 
 
 def _marked_processes() -> list[psutil.Process]:
@@ -82,25 +83,14 @@ def _marked_processes() -> list[psutil.Process]:
     return found
 
 
-def _started_during(create_time: float) -> str:
-    """The test that was running when a process started (a start time is rounded down to a clock
-    tick, 10 ms: the middle of the tick is taken)."""
-    created = create_time + _CREATE_TIME_SHIFT + 0.005
-    before = [(test, end) for test, start, end in _test_spans if start <= created]
-    if not before:
-        return "no test (before the first)"
-    test, end = before[-1]
-    return test if created <= end else f"no test (between {test} and the next)"
-
-
 def pytest_sessionfinish(session):
     _, alive = psutil.wait_procs(_marked_processes(), timeout=LEFTOVER_GRACE_S)
     for proc in alive:
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:  # exited; its parent, if left too, is named
                 continue
-            line = (f"pid {proc.pid} {' '.join(proc.cmdline())[:120]!r}, started during "
-                    f"{_started_during(proc.create_time())}")
+            started = _first_seen_after.get(proc.pid, "no test (after the last one ended)")
+            line = f"pid {proc.pid} {' '.join(proc.cmdline())[:120]!r}, started during {started}"
             proc.kill()
         except psutil.NoSuchProcess:
             continue
