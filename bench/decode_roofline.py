@@ -67,7 +67,7 @@ def roofline(cfg: dict, batch: int, prompt_tokens: int, new_tokens: int, bandwid
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-0.6B", help="the model's shape (bf16)")
     p.add_argument("--batch", type=int, default=512, help="sequences decoding together (64 prompts x 8)")
     p.add_argument("--prompt-tokens", type=int, default=13, help="prompt length (grpo_step.py --gpu's: 13)")

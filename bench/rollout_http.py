@@ -212,7 +212,7 @@ def parse_times(prompt_tokens: int, new_tokens: int, count: int) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts", type=int, default=512, help="requests' prompts in a round (default 512)")
     p.add_argument("--new-tokens", type=int, default=512, help="tokens in each answer (default 512)")
     p.add_argument("--prompt-tokens", type=int, default=13, help="tokens in each prompt (default 13, the GRPO bench's)")

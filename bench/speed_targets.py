@@ -177,7 +177,7 @@ def summarize(parts: dict[str, list[tuple[str, dict]]]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--train", nargs="+", type=Path, default=[], metavar="JSON",
                    help="train_throughput.py --out files, one per process")
     p.add_argument("--rollout", nargs="+", type=Path, default=[], metavar="JSON",

@@ -663,3 +663,21 @@ def test_kernel_cache_carries_flashinfer_modules_to_its_ahead_of_time_folder(tmp
     no_flashinfer = cache("unpack", str(tmp_path / "parts"), PYTHONPATH=str(tmp_path / "empty"))
     assert no_flashinfer.returncode == 2 and "flashinfer is not importable" in no_flashinfer.stderr
     assert cache("bogus", "x").returncode == 2
+
+
+def test_every_bench_scripts_help_opens_with_whole_sentences():
+    """``--help`` opens with the description a script builds from its docstring; cut at a line break,
+    its summary stops mid-sentence. Evaluates each script's ``description=`` on its own docstring."""
+    import ast
+
+    cut_short = {}
+    for script in sorted((Path(__file__).resolve().parents[1] / "bench").glob("*.py")):
+        tree = ast.parse(script.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.keyword) and node.arg == "description" and "__doc__" in ast.unparse(node.value):
+                description = eval(compile(ast.Expression(node.value), str(script), "eval"),
+                                   {"__doc__": ast.get_docstring(tree, clean=False)})
+                summary = description.split("\n\n")[0].rstrip()
+                if not summary.endswith((".", "?", ":")):
+                    cut_short[script.name] = summary.splitlines()[-1]
+    assert cut_short == {}
