@@ -18,7 +18,7 @@ not judged):
 
     python bench/speed_targets.py --train tt1.json tt2.json tt3.json --grpo g1.json g2.json g3.json \\
         --rollout e1.json e2.json e3.json
-    python bench/speed_targets.py --results bench/results/gpu-final-h200-2026-12-03.json
+    python bench/speed_targets.py --results bench/results/gpu-final-h200-2026-12-05.json
 """
 
 from __future__ import annotations
