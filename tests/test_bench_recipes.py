@@ -12,7 +12,8 @@ import pytest
 from slime_ref.arguments import parse_args
 from slime_ref.utils.hooks import load_function
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
 
 
 def run_bench(script: str, *argv: str, pythonpath: Path | None = None):
@@ -21,7 +22,7 @@ def run_bench(script: str, *argv: str, pythonpath: Path | None = None):
     import os
     import subprocess
 
-    bench = Path(__file__).resolve().parents[1] / "bench" / script
+    bench = BENCH / script
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
@@ -347,7 +348,7 @@ def test_grpo_step_summary_takes_phases_from_the_timed_rollouts_only():
     assert out["tokens_per_s"]["generated_per_rollout_s"] == round(32 / 6.0, 1)  # 4 tokens x 8 samples
 
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+RESULTS = BENCH / "results"
 
 
 def test_speed_targets_of_the_final_run_are_the_readmes_figures():
@@ -534,7 +535,7 @@ def test_speed_targets_bad_input_exits_2_naming_the_file(tmp_path):
         assert message in proc.stderr, (argv, proc.stderr)
 
 
-FINAL_RUN = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "final_run.sh"
+FINAL_RUN = BENCH / "gpu" / "final_run.sh"
 
 
 def final_run(tmp_path: Path, *jobs: str, call_s: int = 585, out: Path | None = None, **env_vars: str):
@@ -697,7 +698,7 @@ def test_every_bench_scripts_help_opens_with_whole_sentences():
     import ast
 
     cut_short = {}
-    for script in sorted((Path(__file__).resolve().parents[1] / "bench").glob("*.py")):
+    for script in sorted(BENCH.glob("*.py")):
         tree = ast.parse(script.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.keyword) and node.arg == "description" and "__doc__" in ast.unparse(node.value):
