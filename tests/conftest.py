@@ -51,7 +51,9 @@ def tiny(tmp_path_factory):
 
 LEFTOVER_GRACE_S = 15  # a process told to stop by the last test's teardown may still be exiting
 # helpers that a library starts for the test process itself, which end with it, not with a test
-_OWN_HELPERS = ("torch_shm_manager", "multiprocessing.resource_tracker", "multiprocessing.forkserver")
+# (torch.compile's worker pool is kept for the process's later compiles and stopped at its exit)
+_OWN_HELPERS = ("torch_shm_manager", "multiprocessing.resource_tracker", "multiprocessing.forkserver",
+                "torch/_inductor/compile_worker")
 _pids_running = set(psutil.pids())  # as the last test ended
 _first_seen_after: dict[int, str] = {}  # pid -> the test at whose end it was new
 _leftovers: list[str] = []

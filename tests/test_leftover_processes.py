@@ -1,7 +1,7 @@
 """The test session's own check: a process a test leaves behind is named at the end with the test
 that started it, and stopped, even when its parent has died (as a Ray worker outlives its raylet).
 Helpers a library starts for the test process itself (torch's shared-memory manager, multiprocessing's
-resource tracker) end with that process and are not named."""
+resource tracker, torch.compile's worker pool) end with that process and are not named."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ def test_stops_what_it_starts():
 def test_starts_a_helper_that_ends_with_the_test_process():
     from multiprocessing import resource_tracker
     resource_tracker.ensure_running()
+
+def test_starts_the_compile_worker_pool_of_the_test_process():
+    from torch._inductor.async_compile import AsyncCompile
+    AsyncCompile.process_pool()  # what a torch.compile starts on its first compile
 '''
 
 
@@ -43,6 +47,7 @@ def test_a_process_left_behind_is_named_with_its_test_and_stopped(tmp_path):
     assert found, out
     assert "'sleep 312'" not in out  # what a test stopped itself is not named
     assert "resource_tracker" not in out  # nor a helper of the test process, which ends with it
+    assert "compile_worker" not in out
     pid = int(found.group(1))
     try:
         proc = psutil.Process(pid)
