@@ -12,7 +12,6 @@ import pickle
 import socket
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -280,7 +279,6 @@ class HostReads:
 
     def __enter__(self):
         self.counts: dict[str, int] = {}
-        self.events: list[str] = []  # the reads in order, with whatever the caller marks between them
         self._inside = 0  # a torch function mode (cpu_compat's) calls the wrapper again: count once
         self._own = {name: torch.Tensor.__dict__.get(name) for name in self.NAMES}
         for name in self.NAMES:
@@ -289,7 +287,6 @@ class HostReads:
             def counted(tensor, *args, _name=name, _original=original, **kwargs):
                 if not self._inside:
                     self.counts[_name] = self.counts.get(_name, 0) + 1
-                    self.events.append(_name)
                 self._inside += 1
                 try:
                     return _original(tensor, *args, **kwargs)
@@ -308,9 +305,7 @@ class HostReads:
 
 
 def host_reads_worker(rank, world, port, model_dir):
-    """Host reads of tensor values in one optimizer step, by loss type and number of micro-batches:
-    their counts, and (key ``(loss_type, micro_batch_size, "order")``) the reads in order around the
-    optimizer's step."""
+    """Host reads of tensor values in one optimizer step, by loss type and number of micro-batches."""
     from slime_ref.backends.megatron.actor import MegatronActor
     from slime_ref.backends.megatron.optimizer_kernels import use_fused_adam
 
@@ -324,30 +319,10 @@ def host_reads_worker(rank, world, port, model_dir):
         for micro_batch_size in (8, 2):
             actor.args.loss_type, actor.args.micro_batch_size = loss_type, micro_batch_size
             actor.train(0, batch)  # the first step builds optimizer state; count a later one
-            with HostReads() as reads, _marked(actor.optimizer, "step", reads.events):
+            with HostReads() as reads:
                 actor.train(1, batch)
             out[loss_type, micro_batch_size] = reads.counts
-            out[loss_type, micro_batch_size, "order"] = reads.events
     return out
-
-
-@contextmanager
-def _marked(owner, name: str, events: list[str]):
-    """Mark in ``events`` where ``owner.name()`` begins and ends."""
-    original = getattr(owner, name)
-
-    def marked(*args, **kwargs):
-        events.append(f"{name} begins")
-        try:
-            return original(*args, **kwargs)
-        finally:
-            events.append(f"{name} ends")
-
-    setattr(owner, name, marked)
-    try:
-        yield
-    finally:
-        delattr(owner, name)  # the bound method of its class again
 
 
 def load_and_score_worker(rank, world, port, model_dir, argv):

@@ -6,7 +6,6 @@ foreach versions must give bit-identical results.
 
 from __future__ import annotations
 
-import math
 import types
 
 import pytest
@@ -108,72 +107,3 @@ def test_fused_adam_takes_over_state_with_host_step_counts():
         p.grad = torch.ones_like(p)
     inner.step()
     assert all(float(s["step"]) == 4 for s in inner.state.values())
-
-
-# -- the gradient norm and the clipping kept on the device -------------------------------------------
-
-
-@pytest.fixture
-def one_rank(tmp_path, monkeypatch):
-    """A one-process gloo group (megatron's norm sums over it) and the foreach kernels that install() sets."""
-    monkeypatch.setattr(clip_grads, "l2_norm_impl", ok.foreach_l2_norm)
-    monkeypatch.setattr(clip_grads, "multi_tensor_scale_impl", ok.foreach_scale)
-    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/init", rank=0, world_size=1)
-    yield
-    torch.distributed.destroy_process_group()
-
-
-def test_grad_norm_on_device_is_megatrons_norm_not_yet_read(one_rank):
-    grads = _tensors(4)
-    ours = ok.grad_norm_on_device(grads)
-    with cpu_compat._CudaToCpuMode():
-        reference = clip_grads.get_grad_norm_fp32(grads)
-    assert isinstance(ours, torch.Tensor) and ours.dim() == 0 and ours.dtype == torch.float64
-    assert float(ours) == reference  # bit for bit
-    # 2-norm of per-tensor 2-norms: sqrt(sum of squares); the tensors' scales are 1, 8, 27, 64, 125
-    assert float(ours) == pytest.approx(math.sqrt(sum(float(g.square().sum()) for g in grads)), rel=1e-6)
-
-
-def test_grad_norm_on_device_leaves_other_norms_to_megatron(one_rank):
-    grads = _tensors(4)
-    with cpu_compat._CudaToCpuMode():
-        ours = ok.grad_norm_on_device(grads, norm_type=math.inf)
-    assert ours == max(float(g.abs().max()) for g in grads)
-
-
-def _params_with_grads(seed: int) -> list[torch.nn.Parameter]:
-    params = [torch.nn.Parameter(torch.zeros_like(t)) for t in _tensors(seed)]
-    for p, g in zip(params, _tensors(seed + 1)):
-        p.grad = g
-    return params
-
-
-@pytest.mark.parametrize("max_norm", [1.0, 1e9], ids=["clipped", "under-the-limit"])
-def test_clipping_on_device_is_bit_identical_to_megatrons(one_rank, max_norm):
-    ours, reference = _params_with_grads(6), _params_with_grads(6)
-    norm = ok.grad_norm_on_device([p.grad for p in ours])
-    ok.clip_by_norm_on_device(ours, max_norm, norm)
-    with cpu_compat._CudaToCpuMode():
-        clip_grads.clip_grad_by_total_norm_fp32(reference, max_norm, float(norm))
-    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, reference))
-    clipped = ok.grad_norm_on_device([p.grad for p in ours])
-    if max_norm == 1.0:
-        assert float(clipped) == pytest.approx(1.0, rel=1e-5)  # scaled down to the limit
-    else:
-        assert torch.equal(clipped, norm)  # multiplied by exactly 1.0
-
-
-def test_clipping_on_device_leaves_gradients_unscaled_at_a_nan_norm_as_megatron_does(one_rank):
-    ours, before = _params_with_grads(8), _params_with_grads(8)
-    ok.clip_by_norm_on_device(ours, 1.0, torch.tensor(float("nan"), dtype=torch.float64))
-    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, before))
-
-
-def test_keep_grad_norm_on_device_points_megatrons_optimizer_at_them(monkeypatch):
-    for name in ("get_grad_norm_fp32", "clip_grad_by_total_norm_fp32"):
-        monkeypatch.setattr(megatron_optimizer, name, getattr(megatron_optimizer, name))  # restored after
-    ok.keep_grad_norm_on_device()
-    ok.keep_grad_norm_on_device()  # idempotent
-    assert megatron_optimizer.get_grad_norm_fp32 is ok.grad_norm_on_device
-    assert megatron_optimizer.clip_grad_by_total_norm_fp32 is ok.clip_by_norm_on_device
-    assert clip_grads.get_grad_norm_fp32 is not ok.grad_norm_on_device  # megatron's own, for the fallbacks

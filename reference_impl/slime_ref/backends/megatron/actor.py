@@ -187,7 +187,6 @@ class MegatronActor:
             use_distributed_optimizer=self.use_distributed_optimizer,
         )
         optimizer_kernels.install()  # multi-tensor kernels instead of megatron's per-parameter loops
-        optimizer_kernels.keep_grad_norm_on_device()
         # megatron's extra gloo groups serve only the dp_zero checkpoint format, which we do not write
         return get_megatron_optimizer(config, [self.model], use_gloo_process_groups=False)
 
@@ -587,18 +586,18 @@ class MegatronActor:
         else:
             results = self.step_graphs.run(mbs, step, lambda m: self._run_schedule(m, loss_fn, forward_only=False))
             finalize_model_grads([self.model], None)
+        # read the metrics before the optimizer runs: the read waits for the backward only (the
+        # optimizer's gradient-norm read waits there anyway), and the optimizer's kernels then
+        # overlap whatever the host does next instead of being waited for
+        with self.phase("metrics"):
+            metrics = self._reduce_metrics(results)
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses
-        # the optimizer reads nothing on the host (its gradient norm stays on the device:
-        # optimizer_kernels.keep_grad_norm_on_device), so its launches queue behind the backward
         with self.phase("optimizer"):
             update_ok, grad_norm, _ = self.optimizer.step()
         if not update_ok:
             raise RuntimeError("optimizer step failed (non-finite gradients)")
         with self.phase("scheduler"):
             self.scheduler.step(increment=step.num_samples)
-        # the step's one wait for the device: its metrics, then the gradient norm
-        with self.phase("metrics"):
-            metrics = self._reduce_metrics(results)
         metrics["train/grad_norm"] = float(grad_norm)
         metrics["train/lr"] = lr
         return metrics

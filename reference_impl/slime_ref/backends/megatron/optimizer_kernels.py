@@ -12,9 +12,6 @@ kernels and no host copy. It changes nothing when megatron found TE or apex. The
 same as megatron's loops (per-tensor 2-norms, then the 2-norm of those; ``dst = src * scale`` in
 the source dtype), and on CPU, where torch's foreach ops loop over the tensors, bit-identical.
 
-:func:`keep_grad_norm_on_device` keeps the gradient norm and the clipping decision on the device,
-so that no host read stops the optimizer step halfway.
-
 :func:`use_fused_adam` switches the ``torch.optim.Adam``/``AdamW`` that megatron builds without TE
 or apex from torch's default multi-tensor path (about ten passes over the fp32 master weights and
 moments per step) to torch's fused kernel (one pass). The actor calls it on CUDA only, so CPU runs
@@ -61,60 +58,6 @@ def install() -> bool:
     if megatron_optimizer.multi_tensor_scale_impl is utils.local_multi_tensor_scale:
         megatron_optimizer.multi_tensor_scale_impl = foreach_scale
     return clip_grads.l2_norm_impl is foreach_l2_norm
-
-
-def grad_norm_on_device(grads_for_norm, norm_type=2, grad_stats_parallel_group=None):
-    """Drop-in for megatron's ``get_grad_norm_fp32`` that leaves the 2-norm on the device.
-
-    megatron returns the norm as a Python float (``.item()``): the host stops there until the
-    backward is done, and every optimizer launch after it (clipping, Adam, the bf16 copies) then
-    reaches an idle GPU at the host's pace. Here it is a 0-dim float64 tensor on the gradients'
-    device, so the host queues the whole optimizer behind the backward; the actor reads it with the
-    step's metrics. The value is megatron's: per-tensor fp32 norms, their sum of squares summed over
-    ``grad_stats_parallel_group``, and its square root in float64 (megatron's is taken on the host).
-    Other norms and DTensor (FSDP) gradients go to megatron's own function.
-    """
-    from megatron.core.optimizer import clip_grads
-    from torch.distributed.tensor import DTensor
-
-    grads = [grads_for_norm] if isinstance(grads_for_norm, torch.Tensor) else list(grads_for_norm)
-    if float(norm_type) != 2.0 or not grads or any(isinstance(g, DTensor) for g in grads):
-        return clip_grads.get_grad_norm_fp32(grads_for_norm, norm_type, grad_stats_parallel_group)
-    no_overflow = torch.zeros(1, dtype=torch.int, device=grads[0].device)
-    norm, _ = clip_grads.multi_tensor_applier(clip_grads.l2_norm_impl, no_overflow, [grads], False)
-    sum_of_squares = norm**2
-    torch.distributed.all_reduce(sum_of_squares, op=torch.distributed.ReduceOp.SUM, group=grad_stats_parallel_group)
-    return sum_of_squares[0].double().sqrt()
-
-
-def clip_by_norm_on_device(parameters, max_norm, total_norm, use_decoupled_grad=False):
-    """Drop-in for megatron's ``clip_grad_by_total_norm_fp32`` that takes :func:`grad_norm_on_device`'s norm.
-
-    grads *= min(1, max_norm / (norm + 1e-6)) as megatron computes it, in float64 then fp32, but
-    decided on the device: megatron scales only when the coefficient is below 1 (a host read); here
-    the scale is always applied, and it is exactly 1.0 otherwise (a NaN norm included, as megatron
-    leaves those gradients unscaled), which leaves every gradient bit for bit as it was.
-    """
-    from megatron.core.optimizer import clip_grads
-    from megatron.core.utils import to_local_if_dtensor
-
-    if not isinstance(total_norm, torch.Tensor):
-        return clip_grads.clip_grad_by_total_norm_fp32(parameters, max_norm, total_norm, use_decoupled_grad)
-    attr = "decoupled_grad" if use_decoupled_grad else "grad"
-    params = [parameters] if isinstance(parameters, torch.Tensor) else parameters
-    grads = [to_local_if_dtensor(getattr(p, attr)).detach() for p in params if getattr(p, attr, None) is not None]
-    if grads:
-        coeff = max_norm / (total_norm + 1.0e-6)
-        torch._foreach_mul_(grads, torch.where(coeff < 1.0, coeff, 1.0).float())
-
-
-def keep_grad_norm_on_device() -> None:
-    """Point megatron's optimizer steps at :func:`grad_norm_on_device` and :func:`clip_by_norm_on_device`
-    (its module's own names; ``clip_grads``'s functions stay megatron's). Idempotent."""
-    from megatron.core.optimizer import optimizer as megatron_optimizer
-
-    megatron_optimizer.get_grad_norm_fp32 = grad_norm_on_device
-    megatron_optimizer.clip_grad_by_total_norm_fp32 = clip_by_norm_on_device
 
 
 def torch_adam_optimizers(optimizer) -> list[torch.optim.Optimizer]:
