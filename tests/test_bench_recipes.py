@@ -463,6 +463,38 @@ def test_the_rollout_edges_run_holds_the_readmes_figures():
     assert [frozen[n]["round_s"] for n in ("1", "8")] == [0.1649, 0.1603]
 
 
+def test_the_h100_profiles_hold_the_readmes_figures():
+    """bench/README.md's H100 section after the final run: the GPU tests, the 4x2048 kernels of a fast
+    and a slow process, the reverted optimizer change's A/B, and SGLang's scheduler sampled."""
+    run = json.loads((RESULTS / "gpu-profiles-h100-2026-12-05.json").read_text())
+    assert run["gpu_tests"]["result"].startswith("10 passed, 1 skipped")
+
+    def training(process):
+        ours = process["results"]["4x2048"]["ours"]
+        kernels = process["profile"]["ours"]["4x2048"]["kernels"]
+        ranges = {name: ms for name, ms, _ in kernels["top_kernels"]}
+        host = {name: ms for name, ms, _ in kernels["top_host_ops"]}
+        return (ours["tokens_per_s"], process["results"]["4x2048"]["hf_sdpa"]["tokens_per_s"],
+                kernels["by_class_ms"]["gemm"], kernels["kernel_launches"],
+                ranges["slime_ref/optimizer"], host["slime_ref/optimizer"])
+
+    assert [training(p) for p in run["training_4x2048_profiles"]] == [
+        (66233, 38135, 68.25, 2465, 28.978, 11.641), (63006, 40267, 68.46, 2465, 32.681, 12.999),
+        (70083, 40107, 67.79, 2465, 21.869, 7.818)]
+    ab = run["optimizer_host_read_ab"]
+    assert {arm: [p["results"]["4x2048"]["ours"]["tokens_per_s"] for p in ab[arm]] for arm in ("old", "new")} == {
+        "old": [68734, 69808], "new": [68602, 69139]}
+
+    def scheduler(process):
+        share = process["host_profile"]["main_thread_leaf_share"]
+        return (process["host_profile"]["round_tokens_per_s"],
+                round(100 * (share["streams.py:synchronize"] + share["streams.py:wait"])),
+                round(100 * share["sampler.py:sampling_from_probs_torch"], 1))
+
+    assert [scheduler(p) for p in run["rollout_host_profiles"]] == [
+        (38167.5, 55, 3.0), (37094.7, 39, 3.7), (33497.0, 25, 12.8)]
+
+
 def test_speed_targets_say_how_the_rollout_sent_its_prompts(tmp_path):
     """The rollout's figure depends on how many prompts a request carried: the summary says, and a file
     from before engine_throughput.py had --prompts-per-request counts as one a request."""
