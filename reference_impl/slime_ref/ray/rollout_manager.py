@@ -212,8 +212,7 @@ class RolloutManager:
         else:
             with self._watched():
                 output = self.rollout_fn(self.args, rollout_id, self.data_source, evaluation=False)
-            groups = output.samples if hasattr(output, "samples") else output
-            samples = [s for g in groups for s in g]
+            samples = flatten_rollout(output.samples if hasattr(output, "samples") else output)
         rollout_time = time.perf_counter() - start
         raw, rewards = post_process_rewards(self.args, samples)  # or --custom-reward-post-process-path
         if self.args.save_debug_rollout_data:
@@ -546,6 +545,36 @@ def load_debug_rollout_data(path_template: str, rollout_id: int) -> list:
             from None
 
 
+def flatten_rollout(groups) -> list:
+    """A rollout's Samples, flat and in order, as slime flattens a rollout's output until its items
+    are Samples: a group may hold lists of Samples (a --custom-generate-function-path hook that
+    returns several for one input sample), nested to any depth.
+
+    Rewards are normalised per ``Sample.group_index``; a Sample that a hook made without one joins
+    its group's: the one index its group's other Samples carry, or a new index of its own when none
+    carries one. (A rollout whose items are bare Samples, not groups, is left as it is.)
+    """
+    from slime_ref.rollout.filters import flatten_samples
+
+    per_group = [flatten_samples(group) for group in groups]
+    known = {s.group_index for leaves in per_group for s in leaves if s.group_index is not None}
+    next_free = max(known, default=-1) + 1
+    for group, leaves in zip(groups, per_group):
+        if not isinstance(group, (list, tuple)) or all(s.group_index is not None for s in leaves):
+            continue
+        own = {s.group_index for s in leaves if s.group_index is not None}
+        if len(own) > 1:
+            continue  # a group already split across indices: nothing to join
+        if own:
+            index = own.pop()
+        else:
+            index, next_free = next_free, next_free + 1
+        for s in leaves:
+            if s.group_index is None:
+                s.group_index = index
+    return [s for leaves in per_group for s in leaves]
+
+
 def samples_to_train_data(samples, raw_rewards, rewards) -> dict:
     """slime's ``_convert_samples_to_train_data``: per-sample lists the trainer consumes."""
     data = {
@@ -570,7 +599,7 @@ def rollout_metrics(args, samples, raw_rewards, rollout_time: float) -> dict:
     n = len(samples)
     lengths = [s.effective_response_length for s in samples]
     group = args.n_samples_per_prompt
-    groups = [raw_rewards[i:i + group] for i in range(0, n, group)]
+    groups = _reward_groups(samples, raw_rewards, group)
     metrics = {
         "rollout/raw_reward": sum(raw_rewards) / n,
         "rollout/response_length": sum(lengths) / n,
@@ -586,6 +615,17 @@ def rollout_metrics(args, samples, raw_rewards, rollout_time: float) -> dict:
     if args.rollout_num_gpus:
         metrics["perf/tokens_per_gpu_per_sec"] = sum(lengths) / rollout_time / args.rollout_num_gpus
     return metrics
+
+
+def _reward_groups(samples, raw_rewards, group_size: int) -> list[list[float]]:
+    """The rewards of each prompt's group, grouped as the rewards are normalised: by
+    ``Sample.group_index``, or consecutive chunks of ``group_size`` when a sample has none."""
+    if not all(s.group_index is not None for s in samples):
+        return [list(raw_rewards[i:i + group_size]) for i in range(0, len(samples), group_size)]
+    groups: dict = {}
+    for s, r in zip(samples, raw_rewards):
+        groups.setdefault(s.group_index, []).append(r)
+    return list(groups.values())
 
 
 def multi_turn_metrics(args, samples) -> dict:

@@ -10,12 +10,30 @@ groups are kept. Dropped groups are counted per reason as ``rollout/dynamic_filt
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
 
 from slime_ref.types import Sample
+
+
+def flatten_samples(nested) -> list[Sample]:
+    """The Samples of a rollout's output, a group or any nesting of lists of them, in order.
+
+    A ``--custom-generate-function-path`` hook may return a list of Samples for one input sample,
+    so a group can hold lists, and a rollout lists of such groups; slime flattens until the items
+    are Samples. A bare Sample is a list of one.
+    """
+    return list(_leaves(nested))
+
+
+def _leaves(node) -> Iterator[Sample]:
+    if isinstance(node, (list, tuple)):
+        for item in node:
+            yield from _leaves(item)
+    else:
+        yield node
 
 
 @dataclass

@@ -34,7 +34,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_ref.rollout.filters import call_dynamic_filter, drop_metrics, should_drop
+from slime_ref.rollout.filters import call_dynamic_filter, drop_metrics, flatten_samples, should_drop
 from slime_ref.rollout.rewards import async_rm, batched_async_rm
 from slime_ref.rollout.sglang_client import SGLangClient
 from slime_ref.types import Sample
@@ -307,7 +307,7 @@ async def abort(args, rollout_id: int) -> list[list[Sample]]:
         if args.partial_rollout:
             for task in done:
                 group = task.result()
-                for s in group:
+                for s in flatten_samples(group):
                     if s.response and "start_rollout_id" not in s.metadata:
                         s.metadata["start_rollout_id"] = rollout_id
                 partial.append(group)
@@ -363,7 +363,9 @@ async def generate_rollout_async(args, rollout_id: int, get_samples) -> tuple[Ro
 def _group_index(group: list) -> int:
     """The index a group sorts by; a group of a list-returning generate hook holds lists of samples."""
     first = group[0]
-    return first[0].index if isinstance(first, list) else first.index
+    while isinstance(first, list):
+        first = first[0]
+    return first.index
 
 
 async def eval_rollout(args, rollout_id: int) -> RolloutFnEvalOutput:
@@ -400,7 +402,7 @@ async def _eval_one(args, name: str, path: str) -> tuple[str, dict[str, Any]]:
             s.group_index, s.index = prompt_index, prompt_index * args.n_samples_per_eval_prompt + j
             samples.append(s)
     done = await asyncio.gather(*(generate_and_rm(args, s, params, evaluation=True) for s in samples))
-    flat = [x for s in done for x in (s if isinstance(s, list) else [s])]
+    flat = flatten_samples(done)
     flat.sort(key=lambda s: s.index)
     reward_key = args.eval_reward_key
     return name, {
