@@ -88,6 +88,7 @@ class Invocation:
     origin: Origin
     conditional: bool  # found inside an undecided branch or a loop
     env: dict[str, str] = field(default_factory=dict)  # variables the script exported, where known
+    env_unknown: list[str] = field(default_factory=list)  # runtime-env variables whose values cannot be known
 
 
 @dataclass
@@ -1031,8 +1032,10 @@ class Reader:
             if base.startswith(("python", "torchrun", "deepspeed")):
                 runner = True
             elif runner and base in ENTRY_POINTS:
-                env = {**self.exported_env(), **runtime_env_vars(words[:k])}
-                self.result.invocations.append(Invocation(base, words[k + 1:], w.origin, self.depth > 0, env))
+                known, unknown = runtime_env(words[:k])
+                env = {**self.exported_env(), **known}
+                self.result.invocations.append(Invocation(base, words[k + 1:], w.origin, self.depth > 0, env,
+                                                          unknown))
                 return
             elif base == "slime-ref" and k + 1 < len(words) and words[k + 1].known \
                     and words[k + 1].text in SLIME_REF_ENTRY_POINTS:
@@ -1051,25 +1054,41 @@ class Reader:
         return env
 
 
+UNKNOWN_MARK = "\u0000unknown\u0000"  # stands for a symbolic part while a runtime-env JSON is read
+
+
 def runtime_env_vars(words: list[Word]) -> dict[str, str]:
     """``env_vars`` of ``ray job submit --runtime-env-json`` among ``words``, where known: Ray sets them for
     the job's driver and every worker, over what the shell exported (slime's scripts put Megatron-LM and
-    the user's hook folders on PYTHONPATH there)."""
+    the user's hook folders on PYTHONPATH there). A value that cannot be known (slime's scripts set
+    ``NCCL_NVLS_ENABLE`` from ``$(nvidia-smi ...)``) is left out; the others are kept
+    (:func:`runtime_env` names the left-out ones)."""
+    return runtime_env(words)[0]
+
+
+def runtime_env(words: list[Word]) -> tuple[dict[str, str], list[str]]:
+    """(the known ``env_vars`` of ``--runtime-env-json``, the names of those that cannot be known)."""
     for k, w in enumerate(words):
-        if not w.known:
-            continue
-        if w.text.startswith("--runtime-env-json="):
-            raw = w.text.split("=", 1)[1]
-        elif w.text == "--runtime-env-json" and k + 1 < len(words) and words[k + 1].known:
-            raw = words[k + 1].text
+        head = w.literal_prefix
+        if head.startswith("--runtime-env-json="):
+            raw = _marked(w).split("=", 1)[1]
+        elif w.known and w.text == "--runtime-env-json" and k + 1 < len(words):
+            raw = _marked(words[k + 1])
         else:
             continue
         try:
-            env_vars = json.loads(raw).get("env_vars") or {}
+            env_vars = json.loads(raw, strict=False).get("env_vars") or {}
         except (ValueError, AttributeError):
-            return {}
-        return {name: value for name, value in env_vars.items() if isinstance(value, str)}
-    return {}
+            return {}, []
+        known = {n: v for n, v in env_vars.items() if isinstance(v, str) and UNKNOWN_MARK not in v}
+        unknown = [n for n, v in env_vars.items() if isinstance(v, str) and UNKNOWN_MARK in v]
+        return known, unknown
+    return {}, []
+
+
+def _marked(word: Word) -> str:
+    """The word's text with every symbolic part replaced by :data:`UNKNOWN_MARK`."""
+    return "".join(p if isinstance(p, str) else UNKNOWN_MARK for p in word.parts)
 
 
 def matching(raw: str, j: int, opener: str, closer: str) -> int:

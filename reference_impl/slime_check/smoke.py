@@ -39,6 +39,7 @@ DATA_ROWS = 8
 # imported here: that would load megatron-core into the CLI)
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")
 EVAL_ROWS = 2
+FILTER_BUDGET_ROUNDS = 4  # draws of --over-sampling-batch-size a rehearsal's dynamic filter may see per rollout
 
 # MODEL_ARGS: the tiny model is not the user's size, so its config.json speaks for it.
 MODEL_FLAGS = {
@@ -64,6 +65,66 @@ DROPPED = {"--num-epoch", "--load", "--ref-load", "--save-hf", "--save-interval"
            "--micro-batch-size", "--decoder-last-pipeline-num-layers", "--recompute-granularity",
            "--recompute-method", "--recompute-num-layers", "--critic-num-nodes", "--critic-num-gpus-per-node",
            "--use-wandb", "--wandb-mode"} | MODEL_FLAGS | set(LAYOUT) | EXPERT_FLAGS
+# What the rehearsal sets itself, whatever the job says.
+REPLACED = {"--num-rollout", "--rollout-batch-size", "--n-samples-per-prompt", "--global-batch-size",
+            "--rollout-max-response-len", "--hf-checkpoint", "--prompt-data", "--output-dir",
+            "--num-steps-per-rollout", "--check-weight-update-equal", "--dynamic-sampling-max-groups"}
+# What the rehearsal reads from the job to size its own values (so it must be known).
+READ_BY_REHEARSAL = {"--rollout-batch-size", "--n-samples-per-prompt", "--rollout-max-response-len",
+                     "--num-steps-per-rollout", "--over-sampling-batch-size", "--hf-checkpoint", "--prompt-data",
+                     "--eval-prompt-data"}
+# The real run (--with slime) keeps the model, its MODEL_ARGS, layout and checkpoints to read.
+KEPT_FOR_SLIME = MODEL_FLAGS | set(LAYOUT) | EXPERT_FLAGS | {
+    "--load", "--ref-load", "--rollout-num-gpus", "--num-gpus-per-node", "--sglang-mem-fraction-static",
+    "--micro-batch-size"}
+
+# Every flag that names a place slime, Megatron-LM, SGLang or the router writes to: the rehearsal points
+# each under OUT/writes/, so a rehearsal next to a live run never touches its files. "dir": a folder;
+# "file": a file (its name is kept); "template": a file name with {rollout_id}-style fields (kept).
+WRITES = {
+    "--save": "dir", "--save-hf": "dir", "--save-debug-rollout-data": "template",
+    "--save-debug-train-data": "template", "--dump-details": "dir", "--tensorboard-dir": "dir",
+    "--wandb-dir": "dir", "--wandb-save-dir": "dir", "--memory-snapshot-dir": "dir",
+    "--memory-snapshot-path": "file", "--config-logger-dir": "dir", "--ckpt-convert-save": "dir",
+    "--non-persistent-global-ckpt-dir": "dir", "--non-persistent-local-ckpt-dir": "dir",
+    "--update-weight-disk-dir": "dir", "--update-weight-local-checkpoint-dir": "dir",
+    "--result-rejected-tracker-filename": "file", "--dump-param-to-param-group-map": "file",
+    "--ci-save-grad-norm": "template", "--router-log-dir": "dir", "--sglang-crash-dump-folder": "dir",
+    "--sglang-debug-tensor-dump-output-folder": "dir", "--sglang-export-metrics-to-file-dir": "dir",
+    "--sglang-file-storage-path": "dir", "--sglang-modelopt-checkpoint-save-path": "dir",
+    "--sglang-modelopt-export-path": "dir", "--sglang-spec-trace-dir": "dir", "--sglang-download-dir": "dir",
+    "--object-storage-cache-path": "dir",
+}
+# Flags whose names look like output places but are not (tests/test_smoke.py checks the two lists
+# cover every such flag of the registry).
+NOT_WRITTEN = {
+    "--sglang-deepep-dispatcher-output-dtype": "a dtype",
+    "--sglang-debug-tensor-dump-input-file": "read", "--sglang-msprobe-dump-config": "read",
+    "--sglang-hicache-storage-backend": "a backend's name", "--sglang-hicache-storage-backend-extra-config": "JSON",
+    "--sglang-hicache-storage-prefetch-policy": "a policy's name",
+    "--sglang-debug-tensor-dump-layers": "layer numbers",
+    "--sglang-load-snapshot-publish-interval": "seconds",
+    "--save-interval": "a count", "--save-retain-interval": "a count", "--non-persistent-save-interval": "a count",
+    "--persistent-save-interval": "a count", "--save-dgrads-interval": "a count",
+    "--save-wgrads-interval": "a count", "--memory-snapshot-num-steps": "a count",
+}
+
+
+def redirected(flag: str, value: str, out: Path) -> str:
+    """Where the rehearsal writes what the job would write at ``value`` for ``flag``."""
+    if flag == "--save":
+        return str(out / "save")
+    folder = out / "writes" / flag.lstrip("-")
+    return str(folder if WRITES[flag] == "dir" else folder / Path(value).name)
+
+
+def rehearsal_replaces(flag: str, engine: str) -> bool:
+    """True when the rehearsal drops the job's value of ``flag`` or sets its own."""
+    if flag in REPLACED or flag in WRITES:
+        return True
+    if engine != "slime" and flag.startswith("--moe-"):  # MoE architecture: the tiny model is dense
+        return True
+    return flag in DROPPED and not (engine == "slime" and flag in KEPT_FOR_SLIME)
 
 
 @dataclass
@@ -90,13 +151,18 @@ class Job:
     argv: list[str]
     source: str
     env: dict[str, str]
+    notes: list[Finding] = field(default_factory=list)  # what reading the script left out, and why
 
 
-def read_job(script_or_args: list[str], slime_dir, env: dict[str, str]) -> tuple[Job, list[Finding]]:
-    """The job's argv (all words known), and ``config``'s findings on it."""
-    from slime_check.config_lint import lint_argv, lint_script
+def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
+             engine: str = "slime-ref") -> tuple[Job, list[Finding]]:
+    """The job's argv, and ``config``'s findings on it. A word that cannot be known without running the
+    script (``$(date ...)``, ``printf -v``) is kept as its text when the rehearsal drops or replaces its
+    flag anyway; where the rehearsal needs it, the job is refused with the variables to give."""
+    from slime_check.config_lint import lint_argv, lint_script, parse_argv
     from slime_check.launch_script import Origin, ScriptError, Word, read_script
     from slime_common.errors import UserError
+    from slime_common.registry import load_registry
 
     if script_or_args[0].startswith("-"):
         argv = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(script_or_args)]
@@ -104,6 +170,8 @@ def read_job(script_or_args: list[str], slime_dir, env: dict[str, str]) -> tuple
     if len(script_or_args) != 1:
         raise UserError("smoke rehearses one launch script at a time")
     path = script_or_args[0]
+    if Path(path).is_dir():
+        raise UserError(f"{path} is a directory; give the launch script in it (e.g. {path}/run.sh)")
     if not Path(path).is_file():
         raise UserError(f"{path}: no such script (give a launch script, or `--` and train.py arguments)")
     try:
@@ -117,11 +185,35 @@ def read_job(script_or_args: list[str], slime_dir, env: dict[str, str]) -> tuple
         raise UserError(f"{path} starts {len(reading.invocations)} train commands; smoke rehearses one "
                         "(give its flags after `--`)")
     inv = reading.invocations[0]
-    unknown = [w.text for w in inv.argv if not w.known]
-    if unknown:
-        raise UserError(f"{path}: {', '.join(unknown[:3])} cannot be known without running the script; "
-                        "give the variables with --env NAME=VALUE")
-    return Job(inv.entry, [w.text for w in inv.argv], path, {**inv.env, **env}), reports[0].findings
+    parsed = parse_argv(inv.argv, load_registry())
+    needed = [w.text for w in parsed.unresolved]  # a symbolic word where a flag could be
+    argv: list[str] = []
+    left_out: list[str] = []
+    for given in parsed.given:
+        values_known = all(w.known for w in given.values)
+        if values_known and not given.name.startswith("$"):
+            argv += [given.name, *[w.text for w in given.values]]
+        elif rehearsal_replaces(given.name, engine) and given.name not in READ_BY_REHEARSAL:
+            argv += [given.name, *[w.text for w in given.values]]  # never read: the rehearsal sets its own
+        elif engine == "slime-ref" and given.name.startswith("--sglang-"):
+            left_out.append(f"{given.name} {' '.join(w.text for w in given.values)}")  # GPU engine settings
+        else:
+            needed += [f"{given.name} {w.text}" for w in given.values if not w.known]
+    argv += [w.text for w in parsed.stray]
+    if needed:
+        raise UserError(f"{path}: {', '.join(needed[:3])} cannot be known without running the script, and the "
+                        "rehearsal needs it; give the variables with --env NAME=VALUE")
+    notes = []
+    if left_out:
+        notes.append(Finding("smoke.unknown_values", Status.PASS, f"left out of the CPU rehearsal (their values "
+                             f"come from running commands, and the built-in engine has no such setting): "
+                             f"{'; '.join(left_out)}"))
+    if inv.env_unknown:
+        notes.append(Finding("smoke.runtime_env", Status.WARN, f"--runtime-env-json: {', '.join(inv.env_unknown)} "
+                             "cannot be known without running the script (a command's output); the rehearsal "
+                             "runs without it and keeps the other env_vars.",
+                             "Give it with --env NAME=VALUE if your hooks read it.", DOC))
+    return Job(inv.entry, argv, path, {**inv.env, **env}, notes), reports[0].findings
 
 
 def split_flags(argv: list[str]) -> list[tuple[str, list[str]]]:
@@ -214,15 +306,14 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
     keep: list[str] = []
     hooks: dict[str, tuple[str, str]] = {}
     has_eval = last(items, "--eval-prompt-data") is not None
-    replaced = {"--num-rollout", "--rollout-batch-size", "--n-samples-per-prompt", "--global-batch-size",
-                "--rollout-max-response-len", "--hf-checkpoint", "--prompt-data", "--save", "--output-dir",
-                "--num-steps-per-rollout", "--check-weight-update-equal"}
-    real = opts.engine == "slime"  # the real run keeps the model, its MODEL_ARGS, layout and checkpoints to read
-    kept_for_real = MODEL_FLAGS | set(LAYOUT) | EXPERT_FLAGS | {"--load", "--ref-load", "--rollout-num-gpus",
-                                                                "--num-gpus-per-node", "--sglang-mem-fraction-static",
-                                                                "--micro-batch-size"}
+    real = opts.engine == "slime"
+    writes: dict[str, str] = {}
     for flag, values in items:
-        if (flag in DROPPED and not (real and flag in kept_for_real)) or flag in replaced:
+        if flag in WRITES:
+            if values:
+                writes[flag] = redirected(flag, values[-1], out)
+            continue
+        if rehearsal_replaces(flag, opts.engine):
             continue
         if flag in hook_flags and values:
             wrapped = []
@@ -241,8 +332,12 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
         *([] if real else [x for k, v in LAYOUT.items() if last(items, k) is not None for x in (k, v)]),
         *([] if real else ["--output-dir", str(out / "run")]),  # slime-ref's; slime has no such flag
     ]
-    if last(items, "--save") is not None:
-        argv += ["--save", str(out / "save"), "--save-interval", str(opts.rollouts)]
+    for flag, path in writes.items():
+        argv += [flag, path]
+    if writes:
+        changes.append("written under " + str(out) + ": " + ", ".join(writes))
+    if "--save" in writes:
+        argv += ["--save-interval", str(opts.rollouts)]
     if last(items, "--use-wandb") is not None:
         argv += ["--use-wandb", "--wandb-mode", "offline"]
         changes.append("W&B offline")
@@ -253,8 +348,18 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
                  "--eval-interval", str(opts.rollouts), "--n-samples-per-eval-prompt", "1",
                  "--eval-max-response-len", str(cap)]
         changes.append(f"eval once, on {EVAL_ROWS} prompts per set")
-    if last(items, "--over-sampling-batch-size") is not None:
-        argv += ["--over-sampling-batch-size", str(batch)]
+    over = _int(last(items, "--over-sampling-batch-size"))
+    if over is not None:
+        # the job's over-sampling ratio, at the rehearsal's batch size: over-sampling itself is rehearsed
+        over = max(batch, -(-over * batch // max(1, full["rollout_batch_size"])))
+        argv += ["--over-sampling-batch-size", str(over)]
+        changes.append(f"--over-sampling-batch-size {over} (the job's ratio to the rollout batch)")
+    if not real and last(items, "--dynamic-sampling-filter-path"):
+        # a random model gives equal rewards in most groups: a filter that wants spread would draw forever
+        budget = FILTER_BUDGET_ROUNDS * (over or batch)
+        argv += ["--dynamic-sampling-max-groups", str(budget)]
+        changes.append(f"the dynamic filter sees at most {budget} groups per rollout; then the best groups "
+                       "drawn fill the batch")
     return Shrunk(argv, changes, hooks, [], user_len, full)
 
 
@@ -279,6 +384,25 @@ def drop_unimplemented(argv: list[str]) -> tuple[list[str], list[str]]:
             continue
         kept += [flag, *values]
     return kept, dropped
+
+
+def leave_out_unimplemented(shrunk: Shrunk) -> Finding | None:
+    """Take what slime-ref does not implement out of ``shrunk`` (argv, and the hooks those flags name, so
+    a left-out hook is not later reported as never called); one finding names them all."""
+    shrunk.argv, dropped = drop_unimplemented(shrunk.argv)
+    if not dropped:
+        return None
+    flags = {d.split()[0] for d in dropped}
+    hook_path = {}
+    for hook_id, (flag, path) in list(shrunk.hooks.items()):
+        if flag in flags:
+            del shrunk.hooks[hook_id]
+            hook_path[flag] = path
+    names = [f"{d} {hook_path[d]}" if d in hook_path else d for d in dropped]
+    shrunk.changes.append("left out (slime-ref does not implement them): " + ", ".join(dropped))
+    return Finding("smoke.not_rehearsed", Status.WARN, f"slime-ref does not implement {', '.join(names)}: left "
+                   "out of this rehearsal.", "--with slime on a GPU node runs them in slime's own train.py "
+                   "(hooks included).", DOC)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -712,11 +836,34 @@ def run_env(opts: SmokeOptions, job: Job, hook_dir: Path | None, compat: bool) -
         "XDG_CACHE_HOME": str(opts.out / "cache"),
     })
     (opts.out / "wandb").mkdir(parents=True, exist_ok=True)
-    ray_tmp = opts.out / "ray"
-    if len(str(ray_tmp)) + 60 <= 107:  # Ray's socket paths must fit the Unix limit
-        ray_tmp.mkdir(exist_ok=True)
-        env["RAY_TMPDIR"] = str(ray_tmp)
+    env["RAY_TMPDIR"] = str(ray_temp_dir(opts.out))
     return env
+
+
+# Ray puts its sockets at RAY_TMPDIR/ray/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store: 68
+# characters after RAY_TMPDIR with a 7-digit pid, and a Unix socket path holds at most 107.
+RAY_SOCKET_SUFFIX = len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
+UNIX_PATH_MAX = 107
+
+
+def ray_temp_dir(out: Path) -> Path:
+    """OUT/ray where Ray's socket paths fit under it; else a short private folder in /tmp, which
+    :func:`remove_ray_temp_dir` removes after the run."""
+    ray_tmp = out / "ray"
+    if len(str(ray_tmp.resolve())) + RAY_SOCKET_SUFFIX > UNIX_PATH_MAX:
+        import tempfile
+
+        ray_tmp = Path(tempfile.mkdtemp(prefix="slime-smoke-ray-", dir="/tmp"))
+    ray_tmp.mkdir(parents=True, exist_ok=True)
+    return ray_tmp
+
+
+def remove_ray_temp_dir(env: dict, out: Path) -> None:
+    path = Path(env.get("RAY_TMPDIR", ""))
+    if path.name.startswith("slime-smoke-ray-") and path.parent == Path("/tmp"):
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def slime_ref_cmd(entry: str, argv: list[str]) -> list[str]:
@@ -907,10 +1054,10 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     phase: dict[str, float] = {}
 
     t = time.perf_counter()
-    job, config_findings = read_job(script_or_args, opts.slime_dir, opts.env)
+    job, config_findings = read_job(script_or_args, opts.slime_dir, opts.env, opts.engine)
     if not job.argv:
         return config_findings, {"stopped": "no train command found"}
-    checks = check_findings(job, config_findings, opts)
+    checks = check_findings(job, config_findings, opts) + job.notes
     phase["checks"] = time.perf_counter() - t
     failed = [f for f in checks if f.status is Status.FAIL]
     report: dict = {"out": str(out), "engine": opts.engine}
@@ -935,12 +1082,9 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
 
     shrunk = shrink(job, opts, model_dir, data)
     if opts.engine == "slime-ref":
-        shrunk.argv, dropped = drop_unimplemented(shrunk.argv)
-        if dropped:
-            findings.append(Finding("smoke.not_rehearsed", Status.WARN, f"slime-ref does not implement "
-                                    f"{', '.join(dropped)}: left out of this rehearsal.", "Rehearse them with "
-                                    "--with slime on a GPU node if they matter to the run.", DOC))
-            shrunk.changes.append("left out (slime-ref does not implement them): " + ", ".join(dropped))
+        left_out = leave_out_unimplemented(shrunk)
+        if left_out:
+            findings.append(left_out)
     hook_dir = write_hooks(shrunk.hooks, out, real_slime=opts.engine == "slime")
     compat = opts.engine == "slime-ref" and not slime_importable()
     env = run_env(opts, job, hook_dir, compat)
@@ -984,11 +1128,13 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
         launched.stop()
         if ray_head:
             ray_head.stop()
+        remove_ray_temp_dir(env, out)
         raise
     finally:
         launched.stop()
     if ray_head:
         ray_head.stop()
+    remove_ray_temp_dir(env, out)
     phase["run"] = time.perf_counter() - t
 
     run_dir = out / "run"
