@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from slime_ref.errors import USAGE_EXIT_CODE
+from slime_ref.errors import USAGE_EXIT_CODE, UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-version", default="default", help="reported in meta_info and /model_info")
     p.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--skip-server-warmup", action="store_true", help="accepted for SGLang parity; there is no warmup")
+    p.add_argument("--script", default=None, metavar="PATH",
+                   help="JSON file of scripted answers for chosen prompts (see slime_ref.engine.script); "
+                        "default: $SLIME_REF_ENGINE_SCRIPT")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -55,11 +58,11 @@ def main(argv: list[str] | None = None) -> None:
         model_path=args.model_path, tokenizer_path=args.tokenizer_path, host=args.host, port=args.port,
         dtype="float32" if args.dtype == "auto" else args.dtype, context_length=args.context_length,
         max_running_requests=args.max_running_requests,
-        random_seed=args.random_seed, weight_version=args.weight_version,
+        random_seed=args.random_seed, weight_version=args.weight_version, script_path=args.script,
     )
     try:
         serve(config)
-    except ValueError as e:  # unsupported architecture, bad dtype: one line, not a traceback
+    except (ValueError, UserError) as e:  # unsupported architecture, bad dtype, bad script: one line
         print(f"slime_ref.engine: error: {e}", file=sys.stderr)
         sys.exit(USAGE_EXIT_CODE)
 

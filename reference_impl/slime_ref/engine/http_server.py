@@ -11,6 +11,7 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from slime_ref import __version__
 from slime_ref.engine.model_runner import ModelRunner
 from slime_ref.engine.sampling import SamplingParams
 from slime_ref.engine.scheduler import Request, Scheduler, new_rid
+from slime_ref.engine.script import SCRIPT_ENV, STATS_ENV, Pick, append_stats, load_script
 from slime_ref.engine.weights import WeightUpdateGroups, deserialize_flattened_bucket, deserialize_named_tensors
 
 logger = logging.getLogger(__name__)
@@ -51,6 +53,8 @@ class EngineConfig:
     max_running_requests: int = 256
     random_seed: int = 0
     weight_version: str = "default"
+    script_path: str | None = None  # scripted answers (engine.script); default: $SLIME_REF_ENGINE_SCRIPT
+    script_stats_path: str | None = None  # one JSON line per finished request; default: $..._SCRIPT_STATS
 
 
 class RouteError(Exception):
@@ -84,6 +88,10 @@ class EngineServer:
 
         self.config = config
         self.started = time.time()
+        script_path = config.script_path or os.environ.get(SCRIPT_ENV) or None
+        self.script = load_script(script_path) if script_path else None  # a bad file fails before the model loads
+        self.script_stats_path = config.script_stats_path or os.environ.get(STATS_ENV) or None
+        self._script_ids: dict[str, list[int]] = {}
         self.model_path = str(config.model_path)
         self.tokenizer_path = str(config.tokenizer_path or config.model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
@@ -100,6 +108,17 @@ class EngineServer:
             eos.add(self.tokenizer.eos_token_id)
         self.scheduler = Scheduler(self.runner, self.tokenizer, random_seed=config.random_seed,
                                    weight_version=config.weight_version, eos_token_ids=eos)
+        if self.script is not None:
+            self.script.served_as = self._served_as
+            for entry in self.script.entries:
+                for turn in {t for response in entry.responses for t in response}:
+                    if self._served_as(turn) != turn:
+                        logger.warning("script turn %r comes out as %r: the tokenizer cannot spell it", turn,
+                                       self._served_as(turn))
+        # what ends a scripted answer: the tokenizer's eos, else one the generation config names
+        self.script_eos = self.tokenizer.eos_token_id
+        if self.script_eos is None:
+            self.script_eos = min(eos, default=None)
         self.groups = WeightUpdateGroups()
 
     # ------------------------------------------------------------------------------------------
@@ -244,16 +263,41 @@ class EngineServer:
         except (ValueError, TypeError) as e:
             raise RouteError(f"/generate: {e}") from None
         future = self.loop.create_future()
+        rid = rid or new_rid()
+        pick = self._script_pick(input_ids, params, rid)
 
         def on_finish(result):
+            if pick is not None and self.script_stats_path and "error" not in result:
+                append_stats(self.script_stats_path, pick.stats())
             self.loop.call_soon_threadsafe(lambda: None if future.done() else future.set_result(result))
 
         req = Request(
-            rid=rid or new_rid(), input_ids=list(input_ids), params=params, return_logprob=return_logprob,
+            rid=rid, input_ids=list(input_ids), params=params, return_logprob=return_logprob,
             logprob_start_len=-1 if logprob_start_len is None else int(logprob_start_len),
             rng=self.scheduler.new_rng(params.sampling_seed), on_finish=on_finish,
+            forced_ids=self._scripted_ids(pick.text) if pick is not None and pick.scripted else None,
         )
         return req, future
+
+    def _script_pick(self, input_ids: list[int], params: SamplingParams, rid: str) -> Pick | None:
+        """The script's choice for a request (engine.script); None for requests the script and its
+        stats leave alone (health checks, or no script and no stats file)."""
+        if rid.startswith(HEALTH_CHECK_RID_PREFIX) or (self.script is None and not self.script_stats_path):
+            return None
+        if self.script is None or params.max_new_tokens == 0:  # prompt scoring has nothing to answer
+            return Pick()
+        return self.script.pick(self.tokenizer.decode(input_ids, skip_special_tokens=False))
+
+    def _served_as(self, text: str) -> str:
+        """A scripted turn's text as a prompt holds it once served: its tokens decoded."""
+        return self.tokenizer.decode(self.tokenizer.encode(text, add_special_tokens=False), skip_special_tokens=False)
+
+    def _scripted_ids(self, text: str) -> list[int]:
+        """The tokens a scripted turn is forced as: the text without special tokens, then eos."""
+        if text not in self._script_ids:
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            self._script_ids[text] = ids + ([self.script_eos] if self.script_eos is not None else [])
+        return self._script_ids[text]
 
     async def _result(self, req: Request, future: asyncio.Future) -> dict:
         try:

@@ -98,12 +98,15 @@ class SamplingParams:
 
 
 def sample(
-    logits: torch.Tensor, params: list[SamplingParams], rngs: list[random.Random]
+    logits: torch.Tensor, params: list[SamplingParams], rngs: list[random.Random],
+    forced: list[int | None] | None = None,
 ) -> tuple[list[int], list[float]]:
     """Draw one token per row of ``logits`` [B, V] (float32); return the tokens and their log-probs.
 
     Each request draws from its own seeded ``random.Random`` (one uniform number per token), so a
-    seeded request samples the same tokens whatever else is in the batch.
+    seeded request samples the same tokens whatever else is in the batch. A row whose ``forced``
+    entry is a token id takes that token instead (a scripted answer), with its log-prob computed
+    exactly as a drawn token's.
     """
     batch, vocab = logits.shape
     temperatures = torch.tensor([p.temperature for p in params], dtype=logits.dtype)[:, None]
@@ -124,5 +127,8 @@ def sample(
     greedy_rows = torch.tensor([p.greedy for p in params])
     if bool(greedy_rows.any()):
         tokens = torch.where(greedy_rows, logits.argmax(dim=-1), tokens)
+    if forced is not None and any(t is not None for t in forced):
+        forced_rows = torch.tensor([t is not None for t in forced])
+        tokens = torch.where(forced_rows, torch.tensor([t or 0 for t in forced]), tokens)
     token_logprobs = logprobs[torch.arange(batch), tokens]
     return tokens.tolist(), token_logprobs.tolist()

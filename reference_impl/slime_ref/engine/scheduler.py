@@ -53,6 +53,7 @@ class Request:
     finished_reason: dict[str, Any] | None = None
     num_retractions: int = 0
     cached_tokens: int = 0  # prompt tokens whose keys/values were copied from an identical request
+    forced_ids: list[int] | None = None  # a scripted answer (engine.script): these tokens, not sampled ones
 
     @property
     def all_ids(self) -> list[int]:
@@ -272,7 +273,9 @@ class Scheduler:
         batch, logits = [batch[b] for b in keep], out.last_logits[[row[b] for b in keep]]
         if not batch:
             return
-        tokens, logprobs = sample(logits, [r.params for r in batch], [r.rng for r in batch])
+        forced = [r.forced_ids[len(r.output_ids)] if r.forced_ids and len(r.output_ids) < len(r.forced_ids) else None
+                  for r in batch]
+        tokens, logprobs = sample(logits, [r.params for r in batch], [r.rng for r in batch], forced)
         for req, token, logprob in zip(batch, tokens, logprobs):
             req.output_ids.append(token)
             req.output_logprobs.append(logprob)
@@ -296,6 +299,9 @@ class Scheduler:
         token = req.output_ids[-1]
         if not req.params.ignore_eos and (token in req.params.stop_token_ids or token in self.eos_token_ids):
             return {"type": "stop", "matched": token}
+        if req.forced_ids is not None and len(req.output_ids) >= len(req.forced_ids):
+            # a scripted answer ends with its eos token even under ignore_eos
+            return {"type": "stop", "matched": token if token in self.eos_token_ids else None}
         return None
 
     def _finish(self, req: Request, reason: dict[str, Any]) -> None:
