@@ -435,6 +435,12 @@ def add_slime_ref_arguments(parser: argparse.ArgumentParser) -> argparse.Argumen
                             "and {rank} (torch.save of {'rollout_id', 'rank', 'rollout_data'}).")
     group.add_argument("--ray-object-store-mb", type=int, default=1024,
                        help="Object store size of a local Ray cluster slime-ref starts.")
+    group.add_argument("--dynamic-sampling-max-groups", type=int, default=None,
+                       help="With --dynamic-sampling-filter-path: once this many groups have finished in one "
+                            "rollout and fewer than --rollout-batch-size were kept, stop sampling and fill the "
+                            "batch with the dropped groups of the largest reward spread (then mean reward); "
+                            "logged as rollout/dynamic_filter/starved and /filled. Default: no limit, as slime. "
+                            "At least --rollout-batch-size.")
     return parser
 
 
@@ -596,7 +602,8 @@ def _flag(attr: str) -> str:
 def validate_args(args: argparse.Namespace) -> argparse.Namespace:
     """Check the rules between flags and fill derived defaults, in place; returns ``args``."""
     for attr in ("rollout_batch_size", "n_samples_per_prompt", "micro_batch_size", "global_batch_size",
-                 "num_steps_per_rollout", "over_sampling_batch_size", "num_rollout", "num_epoch",
+                 "num_steps_per_rollout", "over_sampling_batch_size", "dynamic_sampling_max_groups",
+                 "num_rollout", "num_epoch",
                  "max_tokens_per_gpu", "log_probs_max_tokens_per_gpu", "rollout_max_response_len",
                  "rollout_max_prompt_len", "rollout_max_context_len", "save_interval"):
         value = getattr(args, attr, None)
@@ -641,6 +648,11 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
     if args.over_sampling_batch_size < args.rollout_batch_size:
         raise UserError(f"--over-sampling-batch-size {args.over_sampling_batch_size} must be >= "
                         f"--rollout-batch-size {args.rollout_batch_size}")
+    max_groups = getattr(args, "dynamic_sampling_max_groups", None)
+    if max_groups is not None and max_groups < args.rollout_batch_size:
+        raise UserError(f"--dynamic-sampling-max-groups {max_groups} must be >= "
+                        f"--rollout-batch-size {args.rollout_batch_size} (the groups that fill a starved batch "
+                        "come from those that finished)")
     if args.use_dynamic_batch_size and args.max_tokens_per_gpu is None:
         raise UserError("--use-dynamic-batch-size needs --max-tokens-per-gpu (the token budget per micro-batch)")
     if args.log_probs_max_tokens_per_gpu is None:

@@ -12,6 +12,8 @@ One rollout, as in slime::
         (every group is sent with generation_state(args).sampling_params, slime's GenerateState's:
          built from the --rollout-* flags, open to a hook's changes)
         as each group finishes: --group-rm scoring, then --dynamic-sampling-filter-path keep/drop
+        (slime-ref only: once --dynamic-sampling-max-groups groups have finished, stop drawing and
+         fill the batch with the best dropped groups, filters.best_dropped_groups)
     abort what is still running on every engine; with --partial-rollout the half-done groups go
     back to the data source's buffer, to be continued in a later rollout
     --rollout-sample-filter-path sees the kept groups, --rollout-all-samples-process-path every
@@ -34,7 +36,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_ref.rollout.filters import call_dynamic_filter, drop_metrics, flatten_samples, should_drop
+from slime_ref.rollout.filters import (
+    best_dropped_groups,
+    call_dynamic_filter,
+    drop_metrics,
+    flatten_samples,
+    guard_metrics,
+    should_drop,
+)
 from slime_ref.rollout.rewards import async_rm, batched_async_rm
 from slime_ref.rollout.sglang_client import SGLangClient
 from slime_ref.types import Sample
@@ -323,10 +332,16 @@ async def generate_rollout_async(args, rollout_id: int, get_samples) -> tuple[Ro
     )
     params = dict(state.sampling_params)
     target = args.rollout_batch_size
+    max_groups = getattr(args, "dynamic_sampling_max_groups", None) if dynamic_filter is not None else None
     kept: list[list[Sample]] = []
     finished: list[list[Sample]] = []  # every finished group, kept or dropped by the dynamic filter
+    dropped: list[list[Sample]] = []
     drop_reasons: list[str | None] = []
+    starved = False
     while len(kept) < target:
+        if max_groups is not None and len(finished) >= max_groups:
+            starved = True  # --dynamic-sampling-max-groups: stop drawing, fill from the dropped below
+            break
         while state.remaining_batch_size < target:
             groups = get_samples(args.over_sampling_batch_size)
             if not groups:
@@ -340,6 +355,7 @@ async def generate_rollout_async(args, rollout_id: int, get_samples) -> tuple[Ro
             finished.append(group)
             verdict = call_dynamic_filter(dynamic_filter, args, group)
             if should_drop(verdict, remaining_batch_size=state.remaining_batch_size, target_data_size=target):
+                dropped.append(group)
                 drop_reasons.append(verdict.reason)
                 state.remaining_batch_size -= 1
                 continue
@@ -347,6 +363,17 @@ async def generate_rollout_async(args, rollout_id: int, get_samples) -> tuple[Ro
                 kept.append(group)
     aborted = await abort(args, rollout_id)
     state.reset()
+    filled = []
+    if starved:
+        filled = best_dropped_groups(args, sorted(dropped, key=_group_index), target - len(kept))
+        kept.extend(filled)
+        logger.warning(
+            "rollout %d: %d groups finished and --dynamic-sampling-filter-path kept %d of the %d needed; "
+            "--dynamic-sampling-max-groups %d filled the batch with the %d best dropped groups",
+            rollout_id, len(finished), len(kept) - len(filled), target, max_groups, len(filled))
+    metrics = drop_metrics(drop_reasons)
+    if dynamic_filter is not None:
+        metrics.update(guard_metrics(args, finished, dropped, starved=starved, filled=len(filled)))
     kept.sort(key=_group_index)
     finished.sort(key=_group_index)
     # slime's two after-rollout hooks, with slime's arguments: the kept groups, then every group
@@ -357,7 +384,7 @@ async def generate_rollout_async(args, rollout_id: int, get_samples) -> tuple[Ro
     if getattr(args, "rollout_all_samples_process_path", None):
         process = load_function(args.rollout_all_samples_process_path, "--rollout-all-samples-process-path")
         process(args, finished, get_samples)
-    return RolloutFnTrainOutput(samples=kept, metrics=drop_metrics(drop_reasons)), aborted
+    return RolloutFnTrainOutput(samples=kept, metrics=metrics), aborted
 
 
 def _group_index(group: list) -> int:
