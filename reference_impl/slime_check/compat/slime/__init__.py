@@ -1,11 +1,18 @@
 """slime compatibility module (slime), backed by slime-ref.
 Used by `slime-check smoke --with slime-ref` when slime is not importable.
-Its names are listed in skill/references/smoke.md."""
+Its names are listed in skill/references/smoke.md; the names slime's v0.3.1 examples import, and
+what becomes of each here, in slime_check/compat/examples_v0.3.1.json."""
 
-from slime_check.compat._missing import missing_name
+from slime_check.compat._missing import install_finder, package_getattr
+
+SLIME_CHECK_COMPAT = True  # this `slime` is the compatibility layer, not slime
+
+# a slime.* module no compat file provides raises the layer's ImportError (with its reason), not
+# Python's bare "No module named ..."
+install_finder()
 
 __all__ = []
 
 
 def __getattr__(name: str):
-    raise missing_name(__name__, name, __all__)
+    return package_getattr(__name__, name)

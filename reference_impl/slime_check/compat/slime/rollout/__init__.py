@@ -1,11 +1,11 @@
-"""slime compatibility module (slime.rollout), backed by slime-ref.
+"""slime compatibility package (slime.rollout), backed by slime-ref.
 Used by `slime-check smoke --with slime-ref` when slime is not importable.
 Its names are listed in skill/references/smoke.md."""
 
-from slime_check.compat._missing import missing_name
+from slime_check.compat._missing import package_getattr
 
 __all__ = []
 
 
 def __getattr__(name: str):
-    raise missing_name(__name__, name, __all__)
+    return package_getattr(__name__, name)
