@@ -166,10 +166,14 @@ def config(slime_dir, env, as_json, script_or_args) -> None:
               help="Seconds before the run is stopped.")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
               help="A variable the script reads from the environment (repeatable); also set for the run.")
+@click.option("--responses", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="JSONL of answers the stand-in model gives (slime-ref): {\"prompt\": TEXT, \"response\": TEXT "
+                   "or [TURN, ...], \"correct\": true}. A list of turns scripts a tool call, so your tool branch "
+                   "runs; \"prompt\" (a part of the prompt's text) is optional.")
 @click.option("--force", is_flag=True, help="Run even if a check FAILs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings and the run's figures as JSON.")
 @click.argument("script_or_args", nargs=-1, required=True, type=click.UNPROCESSED)
-def smoke(slime_dir, engine, out, rollouts, timeout_s, env, force, as_json, script_or_args) -> None:
+def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, force, as_json, script_or_args) -> None:
     """Rehearse a launch script at toy size: same hooks, data keys and settings, a few rollouts.
 
     \b
@@ -180,6 +184,11 @@ def smoke(slime_dir, engine, out, rollouts, timeout_s, env, force, as_json, scri
     Checks first (config, prereqs), then runs the shrunk job (OUT/smoke-command.sh) on slime-ref
     (CPU) or slime, counts each hook's calls, and reports rewards, truncation, the weight-update
     check, time per phase, peak memory and an estimate per rollout. Writes only under --out.
+
+    A random tiny model never answers right or calls a tool, so on slime-ref the stand-in engine
+    answers part of each group itself: the label in the shape your reward scores (learned by probing
+    the reward before the run), and your --responses. The report gives the lines of your hook files
+    that never ran, with the function they belong to.
     Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
     """
     from slime_check.findings import exit_code
@@ -188,7 +197,8 @@ def smoke(slime_dir, engine, out, rollouts, timeout_s, env, force, as_json, scri
     if engine is None:
         engine = "slime" if slime_dir and slime_importable() and _has_gpu() else "slime-ref"
     opts = SmokeOptions(out=out.resolve(), engine=engine, rollouts=rollouts, timeout_s=timeout_s, force=force,
-                        slime_dir=slime_dir.resolve() if slime_dir else None, env=_env_pairs(env))
+                        slime_dir=slime_dir.resolve() if slime_dir else None, env=_env_pairs(env),
+                        responses=responses.resolve() if responses else None)
     console = _console()
     echo = None if as_json else (lambda line: console.print(line, markup=False, highlight=False, style="dim"))
     findings, report = run_smoke(list(script_or_args), opts, None if as_json else console, echo)

@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slime_check.findings import CUSTOMIZATION, FAQ, USAGE, Finding, Status, slime_doc
+from slime_check.findings import CUSTOMIZATION, USAGE, Finding, Status, slime_doc
+from slime_check.smoke_verdict import filter_counts, flat, hook_coverage, stand_in_counts, verdict
 
 DOC = "skill/references/smoke.md"
 HOOK_DOC = slime_doc(CUSTOMIZATION)
@@ -139,6 +140,7 @@ class SmokeOptions:
     force: bool = False
     slime_dir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    responses: Path | None = None  # JSONL of answers the stand-in model gives (read_responses)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,16 +412,20 @@ def leave_out_unimplemented(shrunk: Shrunk) -> Finding | None:
 
 
 def build_model(job_items, out: Path) -> tuple[Path, list[Finding]]:
-    """A tiny model of the user's family from their config.json, or ours, with a finding saying which."""
+    """A tiny model of the user's family from their config.json, or ours, with a finding saying which.
+    Its context covers the job's (a multi-turn job's prompt, observations and answers), and a tokenizer
+    that is not the user's is byte-level, so any text a hook or the stand-in engine writes is spelled."""
     hf = last(job_items, "--hf-checkpoint")
     src = Path(hf[0]).expanduser() if hf else None
     config_path = src / "config.json" if src else None
+    context = stand_in_context(job_items)
     if not config_path or not config_path.is_file():
-        return _our_tiny(out, f"--hf-checkpoint {hf[0] if hf else '(none)'} is not on this machine")
+        why = f"--hf-checkpoint {hf[0] if hf else '(none)'} is not on this machine"
+        return _family_tiny(out, None, {}, "qwen3", context, [], why)
     try:
         user_cfg = json.loads(config_path.read_text())
     except (OSError, ValueError) as e:
-        return _our_tiny(out, f"{config_path} cannot be read ({e})")
+        return _family_tiny(out, None, {}, "qwen3", context, [], f"{config_path} cannot be read ({e})")
     user_cfg = user_cfg.get("text_config", user_cfg)
     family = user_cfg.get("model_type")
     findings = []
@@ -431,39 +437,64 @@ def build_model(job_items, out: Path) -> tuple[Path, list[Finding]]:
                                 "Rehearse with --with slime on one GPU node for the real architecture.", DOC))
         family = "qwen3"
     tok_local = any((src / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json"))
-    return _family_tiny(out, src, user_cfg, family, tok_local, findings)
+    return _family_tiny(out, src if tok_local else None, user_cfg, family, context, findings)
 
 
-def _our_tiny(out: Path, why: str) -> tuple[Path, list[Finding]]:
-    from slime_ref.assets import make_tiny
-
-    assets = make_tiny(out / "assets")
-    return assets.model_dir, [Finding("smoke.model", Status.WARN, f"{why}: the rehearsal uses slime-ref's tiny Qwen3 "
-                                      "and its tokenizer.", "Copy the checkpoint's config.json and tokenizer files "
-                                      "here to rehearse your model's family and tokenizer.", DOC)]
+STAND_IN_CONTEXT = 4096  # tokens: a search loop's second turn (prompt + observation) is about 620
 
 
-def _family_tiny(out: Path, src: Path, user_cfg: dict, family: str, tok_local: bool, findings):
+def stand_in_context(job_items) -> int:
+    """The stand-in model's context: the job's --rollout-max-context-len, or prompt + response limits,
+    and at least :data:`STAND_IN_CONTEXT`."""
+    lengths = [_int(last(job_items, "--rollout-max-context-len"), 0),
+               _int(last(job_items, "--rollout-max-prompt-len"), 0) + _int(last(job_items,
+                                                                              "--rollout-max-response-len"), 0)]
+    return max(STAND_IN_CONTEXT, *lengths)
+
+
+def stand_in_tokenizer(texts: list[str]):
+    """A byte-level BPE tokenizer with a ChatML template: every text round-trips, whatever its script."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from slime_ref.assets import CHAT_TEMPLATE, IM_END, IM_START, PAD_TOKEN
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=[PAD_TOKEN, IM_START, IM_END], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts or [""], trainer=trainer)
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=IM_END, pad_token=PAD_TOKEN,
+                                     additional_special_tokens=[IM_START])
+    hf_tok.chat_template = CHAT_TEMPLATE
+    return hf_tok
+
+
+def _family_tiny(out: Path, tokenizer_src: Path | None, user_cfg: dict, family: str, context: int, findings,
+                 missing: str | None = None):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from slime_ref.assets import build_tokenizer, padded_vocab_size
+    from slime_ref.assets import padded_vocab_size
 
     model_dir = out / "model"
-    if tok_local:
+    tokenizer = None
+    if tokenizer_src is not None:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(src))
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_src))
         except Exception as e:  # a broken or exotic tokenizer: ours stands in
-            findings.append(Finding("smoke.tokenizer", Status.WARN, f"{src}'s tokenizer does not load ({e}); "
-                                    "slime-ref's tiny tokenizer stands in.", "Check the tokenizer files.", DOC))
-            tokenizer = build_tokenizer(0)
-    else:
-        findings.append(Finding("smoke.tokenizer", Status.WARN, f"{src} has no tokenizer files here; slime-ref's tiny "
-                                "tokenizer stands in (chat template and special tokens differ from yours).",
-                                "Copy tokenizer.json / tokenizer_config.json next to config.json.", DOC))
-        tokenizer = build_tokenizer(0)
+            findings.append(Finding("smoke.tokenizer", Status.WARN, f"{tokenizer_src}'s tokenizer does not load "
+                                    f"({e}); a byte-level tokenizer stands in.", "Check the tokenizer files.", DOC))
+    elif missing is None:
+        findings.append(Finding("smoke.tokenizer", Status.WARN, "the checkpoint has no tokenizer files here; a "
+                                "byte-level tokenizer with a ChatML template stands in (your chat template and "
+                                "special tokens differ).", "Copy tokenizer.json / tokenizer_config.json next to "
+                                "config.json.", DOC))
+    if tokenizer is None:
+        tokenizer = stand_in_tokenizer(sample_texts(out))
     heads = int(user_cfg.get("num_attention_heads", 4))
     kv = int(user_cfg.get("num_key_value_heads") or heads)
     ratio = max(1, heads // max(1, kv))
@@ -472,7 +503,7 @@ def _family_tiny(out: Path, src: Path, user_cfg: dict, family: str, tok_local: b
     cfg = AutoConfig.for_model(
         family, vocab_size=padded_vocab_size(len(tokenizer), 64), hidden_size=tiny_heads * 32,
         intermediate_size=tiny_heads * 96, num_hidden_layers=2, num_attention_heads=tiny_heads,
-        num_key_value_heads=tiny_kv, head_dim=32, max_position_embeddings=2048,
+        num_key_value_heads=tiny_kv, head_dim=32, max_position_embeddings=context,
         rms_norm_eps=user_cfg.get("rms_norm_eps", 1e-6), rope_theta=user_cfg.get("rope_theta", 10000.0),
         tie_word_embeddings=bool(user_cfg.get("tie_word_embeddings", False)),
         attention_bias=bool(user_cfg.get("attention_bias", False)) if family != "qwen3" else False,
@@ -484,11 +515,30 @@ def _family_tiny(out: Path, src: Path, user_cfg: dict, family: str, tok_local: b
     model = AutoModelForCausalLM.from_config(cfg).to(torch.float32)
     model.save_pretrained(model_dir, safe_serialization=True)
     tokenizer.save_pretrained(model_dir)
-    findings.append(Finding("smoke.model", Status.PASS, f"tiny {family} (2 layers, {tiny_heads} heads, GQA "
-                            f"{ratio}:1, tied embeddings {cfg.tie_word_embeddings}, "
-                            f"rope base {user_cfg.get('rope_theta', 10000.0):g}), "
-                            f"random weights, {'your' if tok_local else 'our'} tokenizer: {model_dir}"))
+    whose = "your" if tokenizer_src is not None and not findings_about_tokenizer(findings) else "a byte-level"
+    findings.append(Finding("smoke.model", Status.WARN if missing else Status.PASS,
+                            (f"{missing}: the rehearsal uses a stand-in: " if missing else "")
+                            + f"tiny {family} (2 layers, {tiny_heads} heads, GQA {ratio}:1, tied embeddings "
+                            f"{cfg.tie_word_embeddings}, rope base {user_cfg.get('rope_theta', 10000.0):g}, "
+                            f"context {context}), random weights, {whose} tokenizer: {model_dir}",
+                            "Copy the checkpoint's config.json and tokenizer files here to rehearse your model's "
+                            "family and tokenizer." if missing else "", DOC if missing else ""))
     return model_dir, findings
+
+
+def findings_about_tokenizer(findings) -> bool:
+    return any(f.id == "smoke.tokenizer" for f in findings)
+
+
+def sample_texts(out: Path) -> list[str]:
+    """The texts the stand-in tokenizer's merges are learned from: the rehearsal's data rows, and the
+    answer shapes the stand-in engine may give."""
+    from slime_check.smoke_runtime import ANSWER_SHAPES
+
+    texts = [template.format(a="42") for template in ANSWER_SHAPES.values()]
+    for path in sorted((out / "data").glob("*.jsonl")):
+        texts += path.read_text().splitlines()
+    return texts
 
 
 def write_data(items, out: Path) -> tuple[dict, list[Finding]]:
@@ -524,182 +574,51 @@ def write_data(items, out: Path) -> tuple[dict, list[Finding]]:
     return result, findings
 
 
-WRAPPER = '''"""Counts the calls of each hook of a slime-check smoke run (generated; see slime_check/smoke.py)."""
-import functools
-import importlib
-import inspect
-import os
-
-CALLS = {calls!r}
-HOOKS = {hooks!r}
-REAL_SLIME = {real!r}  # the real slime loads its own built-in hooks; slime-ref maps them to its counterparts
+SMOKE_SITE = Path(__file__).resolve().parent / "smoke_site"  # slime_smoke_hooks and the coverage start-up
 
 
-def load_function(path, flag):
-    if not REAL_SLIME:
-        from slime_ref.utils.hooks import load_function as load
-
-        return load(path, flag)
-    module, _, attr = path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except Exception as e:
-        raise ImportError(f"{{flag}} {{path!r}}: {{type(e).__name__}}: {{e}}") from e
-
-
-def _note(hook_id, kind, text=b"1"):
-    fd = os.open(os.path.join(CALLS, f"{{hook_id}}.{{kind}}.{{os.getpid()}}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        os.write(fd, text)
-    finally:
-        os.close(fd)
-
-
-def _error(hook_id, e):
-    _note(hook_id, "err")
-    path = os.path.join(CALLS, f"{{hook_id}}.first_error")
-    if not os.path.exists(path):
-        with open(path, "w") as fh:
-            fh.write(f"{{type(e).__name__}}: {{' '.join(str(e).split())[:300]}}")
-
-
-def _reward(hook_id, args, value):
-    try:
-        key = getattr(args, "reward_key", None)
-        values = value if isinstance(value, list) else [value]
-        for v in values:
-            v = v[key] if isinstance(v, dict) and key else v
-            _note(hook_id, "probe", f"{{float(v)!r}}\\n".encode())
-    except Exception:
-        pass
-
-
-def _probe_rm(hook_id, fn, args, first, rest, kwargs):
-    """Score the reference answer itself (as is, and boxed): a reward that gives it 0 is broken, not unlucky."""
-    import copy
-
-    calls = []
-    for style in ("plain", "boxed"):
-        def with_label(s):
-            s = copy.copy(s)
-            s.response = str(s.label) if style == "plain" else "\\\\boxed{{" + str(s.label) + "}}"
-            return s
-
-        probe = [with_label(s) for s in first] if isinstance(first, list) else with_label(first)
-        calls.append(lambda probe=probe: fn(args, probe, *rest, **kwargs))
-    return calls
-
-
-def _wrap(hook_id):
-    flag, path = HOOKS[hook_id]
-    target = load_function(path, flag)
-    if inspect.isclass(target):
-        if not hasattr(target, "get_samples"):
-            return target
-        def get_samples(self, *a, **k):
-            _note(hook_id, "calls")
-            try:
-                return target.get_samples(self, *a, **k)
-            except Exception as e:
-                _error(hook_id, e)
-                raise
-        return type(target.__name__, (target,), {{"get_samples": get_samples}})
-    is_rm = flag == "--custom-rm-path"
-    probed = []
-    if inspect.iscoroutinefunction(target):
-        @functools.wraps(target)
-        async def wrapper(*a, **k):
-            _note(hook_id, "calls")
-            try:
-                if is_rm and not probed and len(a) >= 2 and getattr(a[1] if not isinstance(a[1], list) else a[1][0],
-                                                                    "label", None) is not None:
-                    probed.append(1)
-                    for call in _probe_rm(hook_id, target, a[0], a[1], a[2:], k):
-                        try:
-                            _reward(hook_id, a[0], await call())
-                        except Exception:
-                            pass
-                return await target(*a, **k)
-            except Exception as e:
-                _error(hook_id, e)
-                raise
-    else:
-        @functools.wraps(target)
-        def wrapper(*a, **k):
-            _note(hook_id, "calls")
-            try:
-                if is_rm and not probed and len(a) >= 2 and getattr(a[1] if not isinstance(a[1], list) else a[1][0],
-                                                                    "label", None) is not None:
-                    probed.append(1)
-                    for call in _probe_rm(hook_id, target, a[0], a[1], a[2:], k):
-                        try:
-                            _reward(hook_id, a[0], call())
-                        except Exception:
-                            pass
-                return target(*a, **k)
-            except Exception as e:
-                _error(hook_id, e)
-                raise
-    return wrapper
-
-
-def __getattr__(name):
-    if name in HOOKS:
-        fn = _wrap(name)
-        globals()[name] = fn
-        return fn
-    raise AttributeError(name)
-'''
-
-
-def write_hooks(hooks: dict[str, tuple[str, str]], out: Path, real_slime: bool = False) -> Path:
+def write_hooks(hooks: dict[str, tuple[str, str]], out: Path, real_slime: bool = False,
+                probe: dict | None = None) -> Path:
+    """OUT/hooks/smoke_hooks.json: what ``slime_smoke_hooks`` (in :data:`SMOKE_SITE`) wraps, and where it
+    counts; the path goes to the run as SLIME_SMOKE_HOOKS_CONFIG."""
     folder = out / "hooks"
     calls = folder / "calls"
     calls.mkdir(parents=True, exist_ok=True)
-    (folder / f"{HOOK_MODULE}.py").write_text(WRAPPER.format(calls=str(calls), hooks=hooks, real=real_slime))
-    return folder
+    config = folder / "smoke_hooks.json"
+    config.write_text(json.dumps({"calls": str(calls), "hooks": hooks, "real_slime": real_slime,
+                                  "probe": probe}, indent=1))
+    return config
 
 
-PREFLIGHT = """
-import json, sys
-import slime_smoke_hooks as hooks
-errors = {}
-for hook_id in hooks.HOOKS:
+def preflight_hooks(hooks: dict[str, tuple[str, str]], env: dict, config: Path) -> tuple[list[Finding], dict]:
+    """Import every hook the way the run will (same PYTHONPATH), before anything starts, and probe the
+    reward's answer format (``smoke_runtime.preflight``). (findings, the preflight's report)."""
+    if not hooks and not json.loads(config.read_text()).get("probe"):
+        return [], {}
+    env = {k: v for k, v in env.items() if k != "COVERAGE_PROCESS_START"}  # the probe is not the run
     try:
-        getattr(hooks, hook_id)
-    except BaseException as e:
-        errors[hook_id] = " ".join(str(e).split())
-print("SMOKE-PREFLIGHT " + json.dumps(errors))
-"""
-
-
-def preflight_hooks(hooks: dict[str, tuple[str, str]], env: dict) -> list[Finding]:
-    """Import every hook the way the run will (same PYTHONPATH), before anything starts."""
-    if not hooks:
-        return []
-    try:
-        done = subprocess.run([sys.executable, "-c", PREFLIGHT], env=env, capture_output=True, text=True, timeout=300,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run([sys.executable, "-m", "slime_check.smoke_runtime", "preflight", str(config)],
+                              env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return [Finding("smoke.hook_import", Status.WARN, "importing the hooks took over 300 s; not checked.",
-                        "Check what the hook modules do at import.", HOOK_DOC)]
+                        "Check what the hook modules do at import.", HOOK_DOC)], {}
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("SMOKE-PREFLIGHT ")), None)
     if line is None:
         tail = " ".join((done.stderr or "").strip().splitlines()[-1:])
         return [Finding("smoke.hook_import", Status.FAIL, f"importing the hooks crashed the interpreter: {tail}",
-                        "Import the hook module by hand to see why.", HOOK_DOC)]
-    errors = json.loads(line.split(" ", 1)[1])
+                        "Import the hook module by hand to see why.", HOOK_DOC)], {}
+    report = json.loads(line.split(" ", 1)[1])
     out = []
     for hook_id, (flag, path) in hooks.items():
-        if hook_id in errors:
-            message = errors[hook_id].removeprefix(f"{HOOK_MODULE}.")
+        if hook_id in report["errors"]:
+            message = report["errors"][hook_id]
             out.append(Finding("smoke.hook_import", Status.FAIL, f"{flag} {path} cannot be loaded: {message}",
                                "Fix the import (the module's folder must be on the workers' PYTHONPATH, e.g. in "
                                "ray job submit's runtime env); names missing from the slime compatibility layer "
                                "are listed in " + DOC + ".", HOOK_DOC))
         else:
             out.append(Finding("smoke.hook_import", Status.PASS, f"{flag} {path} imports"))
-    return out
+    return out, report
 
 
 def hook_counts(hooks: dict[str, tuple[str, str]], out: Path) -> dict[str, dict]:
@@ -709,12 +628,83 @@ def hook_counts(hooks: dict[str, tuple[str, str]], out: Path) -> dict[str, dict]
         c = sum(p.stat().st_size for p in calls.glob(f"{hook_id}.calls.*"))
         e = sum(p.stat().st_size for p in calls.glob(f"{hook_id}.err.*"))
         first = calls / f"{hook_id}.first_error"
-        probe = []
-        for p in calls.glob(f"{hook_id}.probe.*"):
-            probe += [float(x) for x in p.read_text().split()]
         result[hook_id] = {"flag": flag, "path": path, "calls": c, "errors": e,
-                           "first_error": first.read_text() if first.is_file() else None, "label_probe": probe}
+                           "first_error": first.read_text() if first.is_file() else None}
     return result
+
+
+def read_responses(path: Path) -> list[dict]:
+    """``--responses`` FILE: one JSON object a line, ``{"prompt"?: str, "response": str | [str, ...],
+    "correct"?: bool}``; a usage error names the line that is not."""
+    from slime_common.errors import UserError
+
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise UserError(f"--responses {path}: cannot be read ({e.strerror or e})") from e
+    found = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise UserError(f"--responses {path}:{n}: not JSON ({e})") from e
+        response = row.get("response") if isinstance(row, dict) else None
+        turns = response if isinstance(response, list) else [response]
+        if not turns or not all(isinstance(t, str) and t for t in turns):
+            raise UserError(f"--responses {path}:{n}: \"response\" must be a non-empty string or a list of them "
+                            "(the turns of a multi-turn answer)")
+        if not isinstance(row.get("prompt", ""), str) or not isinstance(row.get("correct", False), bool):
+            raise UserError(f"--responses {path}:{n}: \"prompt\" must be a string and \"correct\" true or false")
+        found.append(row)
+    if not found:
+        raise UserError(f"--responses {path}: no responses in it (one JSON object a line)")
+    return found
+
+
+def write_engine_script(out: Path, items, probe: dict | None, responses: list[dict]) -> Path | None:
+    """OUT/engine-script.json for the stand-in engine (slime_ref/engine/script.py): for each prompt row,
+    the user's --responses for it, then its label in each answer shape the reward scored. The engine
+    gives every second answer of a prompt from this list and samples the others, so groups have spread."""
+    from slime_check.smoke_runtime import ANSWER_SHAPES, answer_text, prompt_text
+
+    input_key = (last(items, "--input-key") or ["input"])[0]
+    label_key = (last(items, "--label-key") or [None])[0]
+    taken = [shape for shape, score in (probe or {}).get("shapes", {}).items() if score > 0]
+    entries: dict[str, list] = {}
+    for line in (out / "data" / "prompt.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        match = prompt_text(row.get(input_key))
+        if not match or match in entries:
+            continue
+        answer = answer_text(row.get(label_key)) if label_key else None
+        given = [r["response"] for r in responses if r.get("prompt") is None or r["prompt"] in match]
+        answers = [ANSWER_SHAPES[shape].format(a=answer) for shape in taken] if answer else []
+        if given or answers:
+            entries[match] = given + answers
+    if not entries:
+        return None
+    path = out / "engine-script.json"
+    path.write_text(json.dumps({"entries": [{"match": m, "responses": r} for m, r in entries.items()],
+                                "every": 2}, indent=1))
+    return path
+
+
+def write_coverage_config(out: Path, files: list[str]) -> Path:
+    """OUT/hooks/coverage.ini: measure only the user's hook files, one data file per process."""
+    data = out / "coverage"
+    data.mkdir(parents=True, exist_ok=True)
+    path = out / "hooks" / "coverage.ini"
+    path.write_text(f"[run]\ndata_file = {data / '.coverage'}\nparallel = True\ninclude =\n"
+                    + "".join(f"    {f}\n" for f in files))
+    return path
+
+
+def users_files(files: dict[str, str]) -> list[str]:
+    """The hook files that are the user's: not slime-ref's, the compatibility layer's or slime-check's."""
+    ours = Path(__file__).resolve().parent.parent  # reference_impl
+    return sorted({f for f in files.values() if not Path(f).resolve().is_relative_to(ours)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -815,9 +805,13 @@ class Launched:
         self._reader.join(timeout=5)
 
 
-def run_env(opts: SmokeOptions, job: Job, hook_dir: Path | None, compat: bool) -> dict:
+def run_env(opts: SmokeOptions, job: Job, hooks_config: Path | None, compat: bool) -> dict:
+    """The run's environment: the job's, with the counted hooks (and the coverage start-up) first on
+    PYTHONPATH, the slime compatibility layer when slime is missing, and every cache under OUT."""
     env = {**os.environ, **job.env, **opts.env}
-    paths = [str(hook_dir)] if hook_dir else []
+    paths = [str(SMOKE_SITE)] if hooks_config else []
+    if hooks_config:
+        env["SLIME_SMOKE_HOOKS_CONFIG"] = str(hooks_config)
     if compat:
         from slime_check.compat import ROOT
 
@@ -918,96 +912,6 @@ def slime_log_metrics(log: str, groups: int | None = None) -> list[dict]:
     return records
 
 
-def _flat(record: dict) -> dict:
-    return record.get("metrics", record) if isinstance(record.get("metrics"), dict) else record
-
-
-def verdict(result: dict, shrunk: Shrunk, opts: SmokeOptions) -> list[Finding]:
-    from slime_check.log_signatures import scan
-
-    findings: list[Finding] = []
-    log = result.get("log", "")
-    rc, timed_out = result.get("returncode"), result.get("timed_out")
-    error_lines = [ln for ln in log.splitlines() if ln.startswith(("slime-ref: ", "slime-ref: run failed"))]
-    if timed_out:
-        findings.append(Finding("smoke.run", Status.FAIL, f"the run did not finish within {opts.timeout_s:.0f} s; "
-                                "it was stopped.", "Look at the last phase in OUT/smoke.log; raise --timeout if it "
-                                "was still progressing.", DOC))
-    elif rc == 0:
-        findings.append(Finding("smoke.run", Status.PASS, f"{opts.rollouts} rollouts finished in "
-                                f"{result.get('wall_s', 0):.0f} s"))
-    elif rc is not None:
-        what = error_lines[-1] if error_lines else f"exit status {rc}"
-        findings.append(Finding("smoke.run", Status.FAIL, f"the run failed: {what}",
-                                "See the findings below and OUT/smoke.log.", DOC))
-    findings += scan(log)
-
-    for h in result.get("hooks", {}).values():
-        label = f"{h['flag']} {h['path']}"
-        if h["errors"]:
-            findings.append(Finding("smoke.hook_error", Status.FAIL, f"{label} raised on {h['errors']} of "
-                                    f"{h['calls']} calls: {h['first_error']}",
-                                    "Fix the hook (the smoke run's samples are in OUT/run).", HOOK_DOC))
-        elif h["calls"] == 0 and rc == 0:
-            findings.append(Finding("smoke.hook_calls", Status.WARN, f"{label} was never called.",
-                                    "Check the flag is the one slime calls for this hook.", HOOK_DOC))
-        elif h["calls"] == 0:
-            findings.append(Finding("smoke.hook_calls", Status.SKIP, f"{label}: not reached (the run stopped first)"))
-        else:
-            findings.append(Finding("smoke.hook_calls", Status.PASS, f"{label}: {h['calls']} calls"))
-
-    rollouts = [r for r in result.get("metrics", []) if "rollout/raw_reward" in _flat(r)]
-    if rollouts:
-        rewards = [_flat(r)["rollout/raw_reward"] for r in rollouts]
-        zero_std = [_flat(r).get("rollout/zero_std_ratio") for r in rollouts]  # None: not logged
-        probes = [p for h in result.get("hooks", {}).values() if h["flag"] == "--custom-rm-path"
-                  for p in h["label_probe"]]
-        rm_probe_zero = bool(probes) and all(p == 0 for p in probes)
-        if all(r == 0 for r in rewards) and rm_probe_zero:
-            findings.append(Finding("smoke.reward", Status.FAIL, "every reward was 0, and the reward function gives 0 "
-                                    "even to the reference answer (the label): no learning signal.",
-                                    "Fix the reward function (answer format, --label-key, --reward-key); for "
-                                    "non-thinking models use --rm-type math rather than deepscaler.", slime_doc(FAQ)))
-        elif all(z == 1.0 for z in zero_std):
-            findings.append(Finding("smoke.reward", Status.WARN, f"rewards were equal within every group "
-                                    f"(mean {sum(rewards) / len(rewards):.3f}): zero advantages in this rehearsal "
-                                    "(expected with random weights; in the real run this means no learning signal).",
-                                    "Watch rollout/zero_std_ratio in the real run; check the reward on known answers.",
-                                    slime_doc(FAQ)))
-        else:
-            vary = "rewards vary within groups" if None not in zero_std else "rewards logged"
-            findings.append(Finding("smoke.reward", Status.PASS, f"{vary}: mean per rollout "
-                                    + ", ".join(f"{r:.3f}" for r in rewards)))
-        trunc = [_flat(r).get("rollout/truncated_ratio", 0.0) for r in rollouts]
-        lengths = [_flat(r).get("rollout/response_length", 0.0) for r in rollouts]
-        share = sum(trunc) / len(trunc)
-        cap = shrunk.user_max_len
-        capped_by_smoke = cap is None or cap > opts.response_cap
-        if share >= 1.0 and not capped_by_smoke:
-            findings.append(Finding("smoke.truncation", Status.FAIL, f"every response was cut at "
-                                    f"--rollout-max-response-len {cap}: rewards see unfinished answers.",
-                                    "Raise --rollout-max-response-len, or set --rollout-stop / "
-                                    "--rollout-stop-token-ids for your model.", slime_doc(FAQ)))
-        else:
-            findings.append(Finding("smoke.truncation", Status.PASS, f"{share:.0%} of responses truncated at "
-                                    f"{min(cap or opts.response_cap, opts.response_cap)} tokens; mean length "
-                                    f"{sum(lengths) / len(lengths):.1f}"
-                                    + (" (the smoke cap; random weights seldom stop)" if capped_by_smoke else "")))
-        diffs = [_flat(r)["perf/weight_check_max_abs_diff"] for r in result.get("metrics", [])
-                 if "perf/weight_check_max_abs_diff" in _flat(r)]
-        compared = log.count("[WeightChecker] handle action=compare")  # real slime: SGLang's checker
-        if diffs:
-            findings.append(Finding("smoke.weight_update", Status.PASS, f"--check-weight-update-equal: engines match "
-                                    f"the trainer after {len(diffs)} syncs (max |diff| {max(diffs):.2g})"))
-        elif compared and rc == 0:
-            findings.append(Finding("smoke.weight_update", Status.PASS, f"--check-weight-update-equal: SGLang's "
-                                    f"weight checker compared the engines with the trainer {compared} time(s), after "
-                                    "the first sync; slime stops the run on a mismatch"))
-    elif rc == 0:
-        findings.append(Finding("smoke.reward", Status.WARN, "no rollout metrics were logged.",
-                                "Check OUT/run/metrics.jsonl (slime-ref) or the `rollout N: {...}` lines of "
-                                "OUT/smoke.log (slime).", DOC))
-    return findings
 
 
 def estimate(summary: dict, shrunk: Shrunk, opts: SmokeOptions) -> dict:
@@ -1068,28 +972,42 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     items = split_flags(job.argv)
     t = time.perf_counter()
     findings = list(checks)
+    data, data_findings = write_data(items, out)
+    findings += data_findings
+    if any(f.status is Status.FAIL for f in data_findings):
+        report["stopped"] = "the prompt data is not here"
+        return findings, report
     if opts.engine == "slime-ref":
         model_dir, model_findings = build_model(items, out)
     else:
         hf = last(items, "--hf-checkpoint")
         model_dir, model_findings = Path(hf[0]) if hf else out, []
-    data, data_findings = write_data(items, out)
-    findings += model_findings + data_findings
+    findings += model_findings
     phase["assets"] = time.perf_counter() - t
-    if any(f.status is Status.FAIL for f in data_findings):
-        report["stopped"] = "the prompt data is not here"
-        return findings, report
 
     shrunk = shrink(job, opts, model_dir, data)
     if opts.engine == "slime-ref":
         left_out = leave_out_unimplemented(shrunk)
         if left_out:
             findings.append(left_out)
-    hook_dir = write_hooks(shrunk.hooks, out, real_slime=opts.engine == "slime")
+    real = opts.engine == "slime"
+    responses = read_responses(opts.responses) if opts.responses else []
+    probe = {"argv": shrunk.argv, "data": str(data["prompt"]), "rows": DATA_ROWS, "responses": responses}
+    hooks_config = write_hooks(shrunk.hooks, out, real_slime=real, probe=probe)
     compat = opts.engine == "slime-ref" and not slime_importable()
-    env = run_env(opts, job, hook_dir, compat)
-    imports = preflight_hooks(shrunk.hooks, env)
+    env = run_env(opts, job, hooks_config, compat)
+    imports, preflight = preflight_hooks(shrunk.hooks, env, hooks_config)
     findings += imports
+    hook_files = users_files(preflight.get("files", {}))
+    if hook_files:
+        env["COVERAGE_PROCESS_START"] = str(write_coverage_config(out, hook_files))
+    script = None
+    if not real:
+        script = write_engine_script(out, items, preflight.get("probe"), responses)
+        if script:
+            env.update({"SLIME_REF_ENGINE_SCRIPT": str(script), "SLIME_REF_ENGINE_SCRIPT_STATS":
+                        str(out / "engine-stats.jsonl")})
+            shrunk.changes.append(f"the stand-in model answers part of each group from {script}")
     if opts.engine == "slime-ref":
         cmd = slime_ref_cmd(job.entry, shrunk.argv)
         shown = ["slime-ref", cmd[3], *shrunk.argv]
@@ -1098,13 +1016,15 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
             raise UserError(f"--with slime needs --slime-dir with {job.entry} in it")
         cmd = slime_cmd(opts.slime_dir, job.entry, shrunk.argv)
         shown = ["python3", str(opts.slime_dir / job.entry), *shrunk.argv]
-    exports = {k: env[k] for k in ("PYTHONPATH", "WANDB_MODE", "WANDB_DIR", "RAY_TMPDIR") if k in env}
+    exported = ("PYTHONPATH", "WANDB_MODE", "WANDB_DIR", "RAY_TMPDIR", "SLIME_SMOKE_HOOKS_CONFIG",
+                "COVERAGE_PROCESS_START", "SLIME_REF_ENGINE_SCRIPT", "SLIME_REF_ENGINE_SCRIPT_STATS")
+    exports = {k: env[k] for k in exported if k in env}
     lines = [" ".join(shlex.quote(w) for w in shown[:len(shown) - len(shrunk.argv)])]
     lines += [" ".join(shlex.quote(w) for w in (flag, *values)) for flag, values in split_flags(shrunk.argv)]
-    script = "#!/bin/bash\n# written by slime-check smoke: the rehearsal of " + job.source + "\n" + "".join(
+    command_text = "#!/bin/bash\n# written by slime-check smoke: the rehearsal of " + job.source + "\n" + "".join(
         f"export {k}={shlex.quote(v)}\n" for k, v in {**job.env, **opts.env, **exports}.items()) + " \\\n   ".join(
         lines) + "\n"
-    (out / "smoke-command.sh").write_text(script)
+    (out / "smoke-command.sh").write_text(command_text)
     report.update({"command": shown, "command_file": str(out / "smoke-command.sh"), "changes": shrunk.changes,
                    "compat_slime": compat})
     if console is not None:
@@ -1145,22 +1065,27 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     metrics = read_metrics(run_dir) if opts.engine == "slime-ref" else slime_log_metrics(
         log, _int(last(split_flags(shrunk.argv), "--rollout-batch-size")))
     result = {"returncode": rc, "timed_out": timed_out, "log": log, "metrics": metrics,
-              "hooks": hook_counts(shrunk.hooks, out), "wall_s": phase["run"]}
+              "hooks": hook_counts(shrunk.hooks, out), "wall_s": phase["run"], "probe": preflight.get("probe"),
+              "stand_in": stand_in_counts(out / "engine-stats.jsonl"),
+              "coverage": hook_coverage(out / "coverage", out / "hooks" / "coverage.ini", hook_files)
+              if hook_files else None}
     findings += verdict(result, shrunk, opts)
     phase["total"] = time.perf_counter() - wall
     report.update({
         "returncode": rc, "timed_out": timed_out, "log": str(out / "smoke.log"),
-        "hooks": {h["path"]: {"flag": h["flag"], "calls": h["calls"], "errors": h["errors"]}
-                  for h in result["hooks"].values()},
-        "rewards": [_flat(r)["rollout/raw_reward"] for r in result["metrics"] if "rollout/raw_reward" in _flat(r)],
-        "truncated_ratio": [_flat(r).get("rollout/truncated_ratio") for r in result["metrics"]
-                            if "rollout/raw_reward" in _flat(r)],
-        "response_length": [_flat(r).get("rollout/response_length") for r in result["metrics"]
-                            if "rollout/raw_reward" in _flat(r)],
-        "weight_check_max_abs_diff": [_flat(r)["perf/weight_check_max_abs_diff"] for r in result["metrics"]
-                                      if "perf/weight_check_max_abs_diff" in _flat(r)],
+        "hooks": {h["path"]: {"flag": h["flag"], "calls": h["calls"], "errors": h["errors"],
+                              "first_error": h["first_error"]} for h in result["hooks"].values()},
+        "rewards": [flat(r)["rollout/raw_reward"] for r in result["metrics"] if "rollout/raw_reward" in flat(r)],
+        "truncated_ratio": [flat(r).get("rollout/truncated_ratio") for r in result["metrics"]
+                            if "rollout/raw_reward" in flat(r)],
+        "response_length": [flat(r).get("rollout/response_length") for r in result["metrics"]
+                            if "rollout/raw_reward" in flat(r)],
+        "weight_check_max_abs_diff": [flat(r)["perf/weight_check_max_abs_diff"] for r in result["metrics"]
+                                      if "perf/weight_check_max_abs_diff" in flat(r)],
         "phase_s": {**phase, **{f"run/{k}": v for k, v in summary.get("phase_s", {}).items()}},
         "peak_rss_gib": launched.peak_rss / 2**30,
+        "label_probe": result["probe"], "stand_in": result["stand_in"], "coverage": result["coverage"],
+        "filter": filter_counts(metrics),
         "estimate": estimate(summary, shrunk, opts) if summary else None,
     })
     return findings, report
