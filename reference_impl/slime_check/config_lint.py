@@ -911,6 +911,25 @@ def check_data(cfg: Config) -> list[Finding]:
     return out
 
 
+def check_eval_config(cfg: Config) -> list[Finding]:
+    """The datasets of ``--eval-config`` (see :mod:`slime_check.eval_config`)."""
+    from slime_check.eval_config import FLAG_FALLBACKS, eval_config_findings
+
+    value = cfg.get("--eval-config")
+    if value is None:
+        return []
+    if value is UNKNOWN:
+        return [Finding("config.eval_config", Status.SKIP, f"--eval-config{cfg.where('--eval-config')} is symbolic "
+                                                           "here; its datasets are not checked.")]
+    out = []
+    if cfg.has("--eval-prompt-data"):
+        out.append(Finding("config.eval_config", Status.WARN, "--eval-prompt-data and --eval-config are both given: "
+                           "slime evaluates the datasets of --eval-config and ignores --eval-prompt-data.",
+                           "Drop --eval-prompt-data, or add its datasets to the YAML.", BATCH_DOC))
+    flags = {f: cfg.get(f) for fallbacks in FLAG_FALLBACKS.values() for f in fallbacks}
+    return out + eval_config_findings(value, flags=flags)
+
+
 CRITIC_DOC = GRPO_DOC  # algorithm flags; the skill explains the critic in references/algorithms.md
 
 
@@ -1020,7 +1039,8 @@ def check_top_p_replay(cfg: Config) -> list[Finding]:
 
 
 RULES = [check_flags, check_batch, check_gpus, check_parallelism, check_kl, check_validate_args, check_critic,
-         check_transformer_impl, check_cuda_graphs, check_top_p_replay, check_hooks, check_hf_config, check_data]
+         check_transformer_impl, check_cuda_graphs, check_top_p_replay, check_hooks, check_hf_config, check_data,
+         check_eval_config]
 
 
 def lint_argv(argv: list[Word], entry: str = "train.py", reg: Registry | None = None) -> list[Finding]:
