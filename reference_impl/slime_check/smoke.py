@@ -1174,6 +1174,19 @@ def render_report(findings: list[Finding], report: dict, console) -> None:
         table.add_row("response length", ", ".join(f"{r:.1f}" for r in report["response_length"]))
     if report.get("weight_check_max_abs_diff"):
         table.add_row("weight-update check", f"max |diff| {max(report['weight_check_max_abs_diff']):.2g}")
+    stand_in, probe, filtered = report.get("stand_in"), report.get("label_probe"), report.get("filter")
+    if stand_in:
+        table.add_row("stand-in answers", f"{stand_in['scripted']} scripted, {stand_in['sampled']} sampled "
+                      "(OUT/engine-script.json)")
+    if probe and probe.get("reward"):
+        taken = [shape for shape, score in probe.get("shapes", {}).items() if score > 0]
+        table.add_row("label probe", f"{probe['reward']}: {', '.join(taken) or 'no shape scored'} "
+                      f"({probe['calls']} calls before the run)")
+    if filtered:
+        table.add_row("dynamic filter", f"kept {filtered['groups_seen'] - filtered['groups_dropped']} of "
+                      f"{filtered['groups_seen']} groups" + (f"; batch filled from the best dropped in "
+                                                              f"{filtered['starved_rollouts']} rollouts"
+                                                              if filtered["starved"] else ""))
     for k, v in report.get("phase_s", {}).items():
         table.add_row(f"seconds {k}", f"{v:.1f}")
     table.add_row("peak memory", f"{report.get('peak_rss_gib', 0):.2f} GiB (the run's process tree)")
@@ -1183,3 +1196,19 @@ def render_report(findings: list[Finding], report: dict, console) -> None:
     table.add_row("log", str(report.get("log")))
     table.add_row("command", str(report.get("command_file")))
     console.print(table)
+    if report.get("coverage"):
+        console.print(coverage_table(report["coverage"]))
+
+
+def coverage_table(coverage: list[dict]):
+    """Lines of each hook file the rehearsal ran, and the ranges it never ran with their function."""
+    from rich.table import Table
+
+    table = Table(title="your hook files: lines the rehearsal ran")
+    for column in ("file", "ran", "never ran (function)"):
+        table.add_column(column, overflow="fold")
+    for entry in coverage:
+        gaps = "; ".join((f"{g['lines'][0]}" if g["lines"][0] == g["lines"][1] else f"{g['lines'][0]}-{g['lines'][1]}")
+                         + f" ({g['function'] or 'module'})" for g in entry["missing"])
+        table.add_row(entry["file"], f"{entry['run']}/{entry['statements']}", gaps or "-")
+    return table
