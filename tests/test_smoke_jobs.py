@@ -4,6 +4,7 @@ Ray's socket-path limit. Each test reads or shrinks a job; none runs one (second
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -180,3 +181,31 @@ def test_ray_starts_under_any_out_path(ray_dir_len):
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# an --eval-config job rehearses its eval
+
+
+def test_an_eval_config_is_rehearsed_as_its_datasets_first_rows(tmp_path):
+    from slime_check.smoke import write_data
+
+    rows = [{"prompt": f"{i}+1=", "label": str(i + 1)} for i in range(5)]
+    for name in ("train", "aime", "gpqa"):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "eval.yaml").write_text(
+        "eval:\n  defaults:\n    n_samples_per_eval_prompt: 4\n  datasets:\n"
+        f"    - name: aime\n      path: {tmp_path / 'aime.jsonl'}\n"
+        f"    - name: gpqa\n      path: {tmp_path / 'gpqa.jsonl'}\n      rm_type: gpqa\n")
+    argv = ["--prompt-data", str(tmp_path / "train.jsonl"), "--eval-config", str(tmp_path / "eval.yaml"),
+            "--eval-interval", "5"]
+    out = tmp_path / "out"
+    data, findings = write_data(split_flags(argv), out)
+    assert [name for name, _ in data["eval"]] == ["aime", "gpqa"]
+    assert len((out / "data" / "eval-aime.jsonl").read_text().splitlines()) == 2
+    assert any(f.id == "smoke.eval_config" and f.status.name == "PASS" for f in findings)
+    shrunk = shrink(Job("train.py", argv, "t", {}), SmokeOptions(out=out), tmp_path / "model", data)
+    items = split_flags(shrunk.argv)
+    assert last(items, "--eval-config") is None
+    assert last(items, "--eval-prompt-data") == ["aime", str(out / "data" / "eval-aime.jsonl"),
+                                                 "gpqa", str(out / "data" / "eval-gpqa.jsonl")]

@@ -69,11 +69,12 @@ DROPPED = {"--num-epoch", "--load", "--ref-load", "--save-hf", "--save-interval"
 # What the rehearsal sets itself, whatever the job says.
 REPLACED = {"--num-rollout", "--rollout-batch-size", "--n-samples-per-prompt", "--global-batch-size",
             "--rollout-max-response-len", "--hf-checkpoint", "--prompt-data", "--output-dir",
-            "--num-steps-per-rollout", "--check-weight-update-equal", "--dynamic-sampling-max-groups"}
+            "--num-steps-per-rollout", "--check-weight-update-equal", "--dynamic-sampling-max-groups",
+            "--eval-config"}  # its datasets become --eval-prompt-data (write_data)
 # What the rehearsal reads from the job to size its own values (so it must be known).
 READ_BY_REHEARSAL = {"--rollout-batch-size", "--n-samples-per-prompt", "--rollout-max-response-len",
                      "--num-steps-per-rollout", "--over-sampling-batch-size", "--hf-checkpoint", "--prompt-data",
-                     "--eval-prompt-data"}
+                     "--eval-prompt-data", "--eval-config"}
 # The real run (--with slime) keeps the model, its MODEL_ARGS, layout and checkpoints to read.
 KEPT_FOR_SLIME = MODEL_FLAGS | set(LAYOUT) | EXPERT_FLAGS | {
     "--load", "--ref-load", "--rollout-num-gpus", "--num-gpus-per-node", "--sglang-mem-fraction-static",
@@ -307,7 +308,7 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
                     "parallelism 1, one engine"]
     keep: list[str] = []
     hooks: dict[str, tuple[str, str]] = {}
-    has_eval = last(items, "--eval-prompt-data") is not None
+    has_eval = last(items, "--eval-prompt-data") is not None or last(items, "--eval-config") is not None
     real = opts.engine == "slime"
     writes: dict[str, str] = {}
     for flag, values in items:
@@ -565,6 +566,21 @@ def write_data(items, out: Path) -> tuple[dict, list[Finding]]:
                             f"{result['prompt']}"))
     ev = last(items, "--eval-prompt-data") or []
     pairs = list(zip(ev[0::2], ev[1::2], strict=False)) if len(ev) > 1 else []
+    eval_config = last(items, "--eval-config")
+    if eval_config:  # slime reads the datasets from the YAML and ignores --eval-prompt-data then
+        from slime_check.eval_config import eval_config_as_prompt_data, read_eval_config
+        from slime_common.errors import UserError
+
+        try:
+            pairs = eval_config_as_prompt_data(read_eval_config(Path(eval_config[0]).expanduser()))
+        except UserError as e:
+            findings.append(Finding("smoke.eval_config", Status.WARN, f"{e}; no eval is rehearsed.",
+                                    "Fix the file (slime-check config reports what is wrong).", DOC))
+            pairs = []
+        else:
+            findings.append(Finding("smoke.eval_config", Status.PASS, f"--eval-config {eval_config[0]}: its "
+                                    f"datasets ({', '.join(name for name, _ in pairs)}) are rehearsed as "
+                                    "--eval-prompt-data on their first rows; per-dataset settings are not"))
     for name, p in pairs:
         p = Path(p).expanduser()
         if p.is_file():
