@@ -267,9 +267,10 @@ def test_a_branch_never_run_is_a_warning_with_its_lines():
     assert "--responses" in found[1].fix  # helper never ran at all: not a branch of a function that ran
 
 
-def test_coverage_is_measured_in_a_process_started_with_the_smoke_site(tmp_path):
-    """The real mechanism: sitecustomize starts coverage.py in a fresh interpreter, a thread started
-    before the hook runs is measured, and the hook's wrapper saves the data without an exit handler."""
+def test_coverage_measures_a_hook_on_a_thread_started_before_the_hooks_import(tmp_path):
+    """The real mechanism: importing the counted hooks starts coverage.py; a thread started before that
+    import (as an event loop may be) is measured from the hook's first call; the wrapper saves the
+    data without an exit handler."""
     from slime_check.smoke import SMOKE_SITE, write_coverage_config, write_hooks
     from slime_check.smoke_verdict import hook_coverage
 
@@ -280,10 +281,10 @@ def test_coverage_is_measured_in_a_process_started_with_the_smoke_site(tmp_path)
     code = textwrap.dedent("""
         import asyncio, os, threading, time
         from types import SimpleNamespace
-        import slime_smoke_hooks
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
+        import slime_smoke_hooks
         fn = slime_smoke_hooks.h0
         done = asyncio.run_coroutine_threadsafe(fn(None, SimpleNamespace(response="<tool>")), loop).result()
         import coverage

@@ -590,7 +590,7 @@ def write_data(items, out: Path) -> tuple[dict, list[Finding]]:
     return result, findings
 
 
-SMOKE_SITE = Path(__file__).resolve().parent / "smoke_site"  # slime_smoke_hooks and the coverage start-up
+SMOKE_SITE = Path(__file__).resolve().parent / "smoke_site"  # holds slime_smoke_hooks, first on the run's path
 
 
 def write_hooks(hooks: dict[str, tuple[str, str]], out: Path, real_slime: bool = False,

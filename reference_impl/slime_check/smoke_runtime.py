@@ -4,7 +4,8 @@ The rehearsal points every hook flag at ``slime_smoke_hooks.<hook id>``, a three
 under OUT/hooks that hands its globals to :func:`install`. The first lookup of a hook id loads the
 user's function (slime-ref's counterparts stand in for slime's built-ins) and wraps it: each call is
 counted into a file per process, a raise is recorded with its cause, and the coverage data of the
-process is saved soon after (``smoke_site/sitecustomize.py`` starts coverage.py in every process).
+process is saved soon after: coverage.py measures the user's hook files in every process that imports
+them, from that import on.
 
 ``python -m slime_check.smoke_runtime preflight CONFIG`` runs before the run, with the run's
 PYTHONPATH: it imports every hook, names the files they live in (coverage measures those), and
@@ -52,6 +53,7 @@ def install(module_globals: dict, config_path: str):
     """(HOOKS, __getattr__) for the generated ``slime_smoke_hooks`` module."""
     config = load_config(config_path)
     hooks = {hook_id: tuple(flag_path) for hook_id, flag_path in config["hooks"].items()}
+    start_coverage()
 
     def __getattr__(name):
         if name in hooks:
@@ -111,6 +113,38 @@ _save_timer: threading.Timer | None = None
 _save_lock = threading.Lock()
 
 
+def start_coverage() -> None:
+    """Measure this process from now on (the hooks' first import in it), when the run measures hooks
+    (COVERAGE_PROCESS_START names the config: only the user's hook files) and nothing measures it yet.
+    Starting here, not at interpreter start, spares the imports of torch and Megatron the tracer."""
+    if not os.environ.get("COVERAGE_PROCESS_START"):
+        return
+    try:
+        import coverage
+
+        if coverage.Coverage.current() is None:
+            coverage.process_startup()
+    except Exception as e:  # measuring must never stop the rehearsal
+        print(f"slime-check smoke: coverage of the hooks is off in this process: {e}", file=sys.stderr)
+
+
+def trace_this_thread() -> None:
+    """coverage.py traces the thread that started it and the threads started after; a hook called on a
+    thread that was already running (an event loop started before the hooks were imported) is traced
+    from this call on."""
+    if sys.gettrace() is not None:
+        return
+    try:
+        import coverage
+
+        cov = coverage.Coverage.current()
+        start_tracer = getattr(getattr(cov, "_collector", None), "_start_tracer", None)
+        if start_tracer is not None:
+            start_tracer()
+    except Exception:  # measuring must never stop the rehearsal
+        pass
+
+
 def save_coverage_soon() -> None:
     """Save this process's coverage data shortly after the last hook call: Ray may end a worker without
     running its exit handlers, and a save after every call would cost more than the hook."""
@@ -145,6 +179,7 @@ def _save_coverage() -> None:
 
 def wrap(hook_id: str, flag_path: tuple[str, str], config: dict):
     flag, path = flag_path
+    start_coverage()
     target = load_function(path, flag, config.get("real_slime", False))
     counter = Counter(config["calls"], hook_id)
     if inspect.isclass(target):
@@ -152,6 +187,7 @@ def wrap(hook_id: str, flag_path: tuple[str, str], config: dict):
             return target
 
         def get_samples(self, *a, **k):
+            trace_this_thread()
             counter.note("calls")
             try:
                 return target.get_samples(self, *a, **k)
@@ -165,6 +201,7 @@ def wrap(hook_id: str, flag_path: tuple[str, str], config: dict):
     if inspect.iscoroutinefunction(target):
         @functools.wraps(target)
         async def wrapper(*a, **k):
+            trace_this_thread()
             counter.note("calls")
             try:
                 return await target(*a, **k)
@@ -176,6 +213,7 @@ def wrap(hook_id: str, flag_path: tuple[str, str], config: dict):
     else:
         @functools.wraps(target)
         def wrapper(*a, **k):
+            trace_this_thread()
             counter.note("calls")
             try:
                 return target(*a, **k)
