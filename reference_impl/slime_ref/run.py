@@ -40,6 +40,16 @@ def should_run_periodic_action(rollout_id: int, interval: int | None, num_rollou
     return step % interval == 0 or (num_rollout_per_epoch is not None and step % num_rollout_per_epoch == 0)
 
 
+def surely_builtin_engines(args) -> bool:
+    """The run's engines are the built-in ones (decided without importing torch in the driver: with
+    ``--rollout-engine auto`` and SGLang installed, they may be SGLang's)."""
+    if args.rollout_engine != "auto":
+        return args.rollout_engine == "builtin"
+    import importlib.util
+
+    return importlib.util.find_spec("sglang") is None
+
+
 def _unwrap(error: BaseException) -> BaseException:
     """The user-facing cause of an error raised inside a Ray actor or task. An engine that failed to
     answer (retried as slime retries) is a RunError: its message names the engine and the route."""
@@ -112,13 +122,22 @@ class Run:
         self._event("setup", detail="starting engines and router" if args.rollout_num_gpus else "loading data")
         manager_cls = ray.remote(RolloutManager)
         self.rollout = manager_cls.options(num_cpus=0).remote(args, placement)
-        num_prompts = ray.get(self.rollout.start.remote(), timeout=1800)
+        rollout_started = self.rollout.start.remote()
+        actor_built = None
+        # The built-in engines start while the model is built: neither needs the other. Real SGLang
+        # sizes its memory pool from what the GPU has free at its start, so it starts alone.
+        if not args.debug_rollout_only and surely_builtin_engines(args):
+            self.actor = TrainGroup(args, placement)
+            actor_built = self.actor.init_start(args)
+        num_prompts = ray.get(rollout_started, timeout=1800)
         self.num_rollout_per_epoch = resolve_num_rollout(args, num_prompts)
         args.rollout_engine_urls = ray.get(self.rollout.get_engine_urls.remote())
         if not args.debug_rollout_only:
             self._event("setup", detail="building the Megatron model")
-            self.actor = TrainGroup(args, placement)
-            self.start_rollout_id, data_state = self.actor.init(args)
+            if actor_built is None:
+                self.actor = TrainGroup(args, placement)
+                actor_built = self.actor.init_start(args)
+            self.start_rollout_id, data_state = self.actor.init_wait(actor_built)
             if args.use_critic:
                 from slime_ref.arguments import critic_args
 

@@ -121,8 +121,12 @@ class TrainGroup:
             self.actors.append(actor)
 
     def _all(self, method: str, *args, timeout: float | None = None):
+        return self._wait(method, [getattr(a, method).remote(*args) for a in self.actors], timeout)
+
+    def _wait(self, method: str, refs: list, timeout: float | None = None):
+        """Every rank's result of ``method``; a rank that died or an engine that failed is one line."""
         try:
-            return ray.get([getattr(a, method).remote(*args) for a in self.actors], timeout=timeout)
+            return ray.get(refs, timeout=timeout)
         except ray.exceptions.RayActorError as e:  # a rank's process died: killed, OOM, or a crash in C++
             rank = next((r for r, a in enumerate(self.actors) if a._actor_id.hex() == getattr(e, "actor_id", None)),
                         None)
@@ -136,7 +140,16 @@ class TrainGroup:
             raise
 
     def init(self, args) -> tuple[int, dict | None]:
-        return self._all("init", args)[0]
+        return self.init_wait(self.init_start(args))
+
+    def init_start(self, args) -> list:
+        """Start building every rank's model; :meth:`init_wait` takes the result. Between the two the
+        caller may start other work (the engines), which then overlaps the model's build."""
+        return [a.init.remote(args) for a in self.actors]
+
+    def init_wait(self, refs: list) -> tuple[int, dict | None]:
+        """(the first rollout id to run, the data-source state saved with the checkpoint)."""
+        return self._wait("init", refs)[0]
 
     def process_ids(self) -> list[int]:
         return self._all("pid", timeout=60)
