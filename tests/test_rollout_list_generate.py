@@ -27,7 +27,15 @@ async def two_samples(args, sample, sampling_params):
     kept.rollout_log_probs, kept.status, kept.reward = [-0.5, -0.5], Sample.Status.COMPLETED, 1.0
     fresh = Sample(prompt=sample.prompt, label=sample.label, tokens=prompt + [3], response="c", response_length=1,
                    rollout_log_probs=[-0.25], status=Sample.Status.COMPLETED, reward=0.0)
+    kept.rollout_id = fresh.rollout_id = sample.index  # one generation: slime requires a shared rollout_id
     return [kept, fresh]
+
+
+async def two_samples_without_rollout_id(args, sample, sampling_params):
+    pair = await two_samples(args, sample, sampling_params)
+    for s in pair:
+        s.rollout_id = None
+    return pair
 '''
 
 
@@ -93,10 +101,30 @@ def test_flatten_rollout_gives_samples_in_order_and_a_group_index_to_each():
         return Sample(index=index, group_index=group_index)
 
     a, b, c, d, e, f = s(0, 5), s(None), s(1, 5), s(2), s(3), s(None)
-    flat = flatten_rollout([[[a, b], c], [[d, [e]], f]])
+    a.rollout_id = b.rollout_id = 0
+    d.rollout_id = e.rollout_id = 1
+    flat = flatten_rollout([[[a, b], c], [[[d, e]], f]])
     assert flat == [a, b, c, d, e, f]
     # b joins its group's index; the second group carries none and gets a new one
     assert [x.group_index for x in flat] == [5, 5, 5, 6, 6, 6]
     # a rollout of bare Samples (no groups) is left to --n-samples-per-prompt chunks
     bare = [s(0), s(1)]
     assert flatten_rollout(bare) == bare and [x.group_index for x in bare] == [None, None]
+
+
+def test_several_samples_of_one_generation_without_a_shared_rollout_id_stop_the_rollout_as_in_slime(
+        tiny, tmp_path, hooks):
+    """slime v0.3.1 asserts it (ray/rollout.py, _validate_rollout_id_annotated): the loss would count
+    the generation once per Sample."""
+    from slime_ref.errors import UserError
+    from slime_ref.ray.rollout_manager import check_rollout_ids
+
+    manager = manager_for(tiny, tmp_path, f"{hooks}.two_samples_without_rollout_id")
+    with pytest.raises(UserError, match=r"returned 2 Samples for one input sample with Sample.rollout_id "
+                                        r"\[None, None\]: slime requires one shared, set rollout_id"):
+        manager.generate(0)
+    one, two = Sample(rollout_id=1), Sample(rollout_id=2)
+    with pytest.raises(UserError, match=r"rollout_id \[1, 2\]"):
+        check_rollout_ids([[[one, two]]])
+    check_rollout_ids([[one, two]])  # a group of plain Samples (depth 1): no rule, as in slime
+    check_rollout_ids([[[one]]])  # a single Sample: nothing to share

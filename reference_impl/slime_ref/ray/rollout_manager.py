@@ -556,6 +556,7 @@ def flatten_rollout(groups) -> list:
     """
     from slime_ref.rollout.filters import flatten_samples
 
+    check_rollout_ids(groups)
     per_group = [flatten_samples(group) for group in groups]
     known = {s.group_index for leaves in per_group for s in leaves if s.group_index is not None}
     next_free = max(known, default=-1) + 1
@@ -573,6 +574,29 @@ def flatten_rollout(groups) -> list:
             if s.group_index is None:
                 s.group_index = index
     return [s for leaves in per_group for s in leaves]
+
+
+def check_rollout_ids(node, depth: int = 0) -> None:
+    """slime's rule for a generate hook that returns several Samples for one input sample (a
+    rollout's output nested three deep: prompt x sample x Samples of one generation): every Sample of
+    such a list carries one shared, set ``Sample.rollout_id``, so that the loss counts the generation
+    once. slime v0.3.1 stops the run otherwise (``_validate_rollout_id_annotated``); so does slime-ref,
+    with the fix in the message."""
+    if not isinstance(node, (list, tuple)):
+        return
+    if node and not isinstance(node[0], (list, tuple)):
+        if depth >= 2 and len(node) > 1:
+            ids = [getattr(s, "rollout_id", None) for s in node]
+            if None in ids or len(set(ids)) > 1:
+                from slime_ref.errors import UserError
+
+                raise UserError(f"a --custom-generate-function-path hook returned {len(node)} Samples for one "
+                                f"input sample with Sample.rollout_id {ids}: slime requires one shared, set "
+                                "rollout_id on all of them (set sample.rollout_id to the same number on each "
+                                "Sample the call returns)")
+        return
+    for item in node:
+        check_rollout_ids(item, depth + 1)
 
 
 def samples_to_train_data(samples, raw_rewards, rewards) -> dict:
