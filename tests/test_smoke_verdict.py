@@ -377,3 +377,43 @@ def test_a_bad_responses_file_names_the_file_and_line(tmp_path, text, message):
     with pytest.raises(UserError) as e:
         read_responses(path)
     assert str(e.value).startswith(f"--responses {path}") and message in str(e.value)
+
+
+def test_the_probe_gives_the_reward_the_prompt_as_the_run_does(tmp_path):
+    """With --apply-chat-template a Sample's prompt is the rendered chat (a plain string becomes one user
+    message, as slime's data loader makes it): a reward that joins prompt and response must not raise."""
+    from slime_ref.assets import make_tiny
+
+    tiny = make_tiny(tmp_path / "tiny")
+    source = ("def fn(args, sample, **kw):\n    text = sample.prompt + sample.response\n"
+              "    return float(text.startswith('<|im_start|>user') and text.endswith(str(sample.label)))\n")
+    rows = [{"prompt": [{"role": "user", "content": "3+5="}], "label": "8"}, {"prompt": "2+2=", "label": "4"}]
+    probe = _probe(tmp_path, source, rows, argv=["--apply-chat-template", "--hf-checkpoint", str(tiny.model_dir)])
+    assert probe["errors"] == {} and probe["shapes"]["bare"] == 1.0
+
+
+def test_coverage_measures_the_users_modules_beside_the_hook_files(tmp_path):
+    from slime_check.smoke import users_files
+
+    (tmp_path / "agent").mkdir()
+    for name in ("__init__.py", "rollout.py", "agent_system.py", "tools.py"):
+        (tmp_path / "agent" / name).write_text("")
+    ours = str(REPO / "reference_impl" / "slime_ref" / "rollout" / "filters.py")
+    found = users_files({"h0": str(tmp_path / "agent" / "rollout.py"), "h1": ours})
+    assert found == sorted(str(tmp_path / "agent" / n) for n in ("agent_system.py", "rollout.py", "tools.py"))
+
+
+def test_the_stand_in_tokenizer_learns_the_responses_and_the_cap_covers_the_longest(tmp_path):
+    from slime_check.smoke import build_model, scripted_tokens
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "prompt.jsonl").write_text(json.dumps({"prompt": "3+5=", "label": "8"}) + "\n")
+    call = '<tool_call>{"name": "code_interpreter", "arguments": {"code": "print(3 + 5)"}}</tool_call>'
+    responses = [{"response": [call, "\\boxed{8}"]}, {"response": "8"}]
+    model_dir, _ = build_model([], tmp_path, responses)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    turns = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in (call, "\\boxed{8}")]
+    assert scripted_tokens(model_dir, responses) == sum(turns) + 2  # each turn ends with eos
+    assert tok.decode(tok(call, add_special_tokens=False)["input_ids"]) == call

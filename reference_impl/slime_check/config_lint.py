@@ -900,12 +900,7 @@ def check_data(cfg: Config) -> list[Finding]:
                                f"{', '.join(repr(k) for k in missing)} (their keys: {', '.join(keys)}).",
                                "Set --input-key / --label-key to the file's keys (slime's default --input-key is "
                                "'input').", DATA_DOC))
-        elif cfg.get("--apply-chat-template") is True and any(not isinstance(r[in_key], list) for r in rows):
-            out.append(Finding("config.data", Status.WARN, f"{flag} {value}: '{in_key}' holds plain text, but "
-                               "--apply-chat-template expects a list of chat messages.",
-                               'Store prompts as [{"role": "user", "content": ...}], or drop --apply-chat-template.',
-                               DATA_DOC))
-        else:
+        else:  # a plain-text prompt is fine with --apply-chat-template: slime makes it one user message
             out.append(Finding("config.data", Status.PASS, f"{flag} {value}: the first {len(rows)} rows have "
                                f"{', '.join(repr(k) for k in (in_key, lab_key) if k)}."))
     return out

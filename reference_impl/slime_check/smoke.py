@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slime_check.findings import CUSTOMIZATION, USAGE, Finding, Status, slime_doc
@@ -412,7 +412,7 @@ def leave_out_unimplemented(shrunk: Shrunk) -> Finding | None:
 # assets: the tiny model, the first rows of the data, the hook wrappers
 
 
-def build_model(job_items, out: Path) -> tuple[Path, list[Finding]]:
+def build_model(job_items, out: Path, responses: list[dict] = ()) -> tuple[Path, list[Finding]]:
     """A tiny model of the user's family from their config.json, or ours, with a finding saying which.
     Its context covers the job's (a multi-turn job's prompt, observations and answers), and a tokenizer
     that is not the user's is byte-level, so any text a hook or the stand-in engine writes is spelled."""
@@ -422,11 +422,11 @@ def build_model(job_items, out: Path) -> tuple[Path, list[Finding]]:
     context = stand_in_context(job_items)
     if not config_path or not config_path.is_file():
         why = f"--hf-checkpoint {hf[0] if hf else '(none)'} is not on this machine"
-        return _family_tiny(out, None, {}, "qwen3", context, [], why)
+        return _family_tiny(out, None, {}, "qwen3", context, [], why, responses)
     try:
         user_cfg = json.loads(config_path.read_text())
     except (OSError, ValueError) as e:
-        return _family_tiny(out, None, {}, "qwen3", context, [], f"{config_path} cannot be read ({e})")
+        return _family_tiny(out, None, {}, "qwen3", context, [], f"{config_path} cannot be read ({e})", responses)
     user_cfg = user_cfg.get("text_config", user_cfg)
     family = user_cfg.get("model_type")
     findings = []
@@ -438,7 +438,7 @@ def build_model(job_items, out: Path) -> tuple[Path, list[Finding]]:
                                 "Rehearse with --with slime on one GPU node for the real architecture.", DOC))
         family = "qwen3"
     tok_local = any((src / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json"))
-    return _family_tiny(out, src if tok_local else None, user_cfg, family, context, findings)
+    return _family_tiny(out, src if tok_local else None, user_cfg, family, context, findings, None, responses)
 
 
 STAND_IN_CONTEXT = 4096  # tokens: a search loop's second turn (prompt + observation) is about 620
@@ -473,7 +473,7 @@ def stand_in_tokenizer(texts: list[str]):
 
 
 def _family_tiny(out: Path, tokenizer_src: Path | None, user_cfg: dict, family: str, context: int, findings,
-                 missing: str | None = None):
+                 missing: str | None = None, responses: list[dict] = ()):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
@@ -495,7 +495,7 @@ def _family_tiny(out: Path, tokenizer_src: Path | None, user_cfg: dict, family: 
                                 "special tokens differ).", "Copy tokenizer.json / tokenizer_config.json next to "
                                 "config.json.", DOC))
     if tokenizer is None:
-        tokenizer = stand_in_tokenizer(sample_texts(out))
+        tokenizer = stand_in_tokenizer(sample_texts(out, responses))
     heads = int(user_cfg.get("num_attention_heads", 4))
     kv = int(user_cfg.get("num_key_value_heads") or heads)
     ratio = max(1, heads // max(1, kv))
@@ -531,7 +531,7 @@ def findings_about_tokenizer(findings) -> bool:
     return any(f.id == "smoke.tokenizer" for f in findings)
 
 
-def sample_texts(out: Path) -> list[str]:
+def sample_texts(out: Path, responses: list[dict] = ()) -> list[str]:
     """The texts the stand-in tokenizer's merges are learned from: the rehearsal's data rows, and the
     answer shapes the stand-in engine may give."""
     from slime_check.smoke_runtime import ANSWER_SHAPES
@@ -539,7 +539,24 @@ def sample_texts(out: Path) -> list[str]:
     texts = [template.format(a="42") for template in ANSWER_SHAPES.values()]
     for path in sorted((out / "data").glob("*.jsonl")):
         texts += path.read_text().splitlines()
-    return texts
+    return texts + [turn for r in responses for turn in response_turns(r)]
+
+
+def response_turns(given: dict) -> list[str]:
+    response = given["response"]
+    return response if isinstance(response, list) else [response]
+
+
+def scripted_tokens(model_dir: Path, responses: list[dict]) -> int:
+    """Tokens the longest ``--responses`` answer needs (its turns, each ended by eos): the rehearsal's
+    response cap must not cut a scripted tool call short."""
+    if not responses:
+        return 0
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    return max(sum(len(tokenizer(turn, add_special_tokens=False)["input_ids"]) + 1 for turn in response_turns(r))
+               for r in responses)
 
 
 def write_data(items, out: Path) -> tuple[dict, list[Finding]]:
@@ -718,9 +735,12 @@ def write_coverage_config(out: Path, files: list[str]) -> Path:
 
 
 def users_files(files: dict[str, str]) -> list[str]:
-    """The hook files that are the user's: not slime-ref's, the compatibility layer's or slime-check's."""
+    """The user's hook files and the Python modules beside them (what the hooks load: an agent system, a
+    tool sandbox); not slime-ref's, the compatibility layer's or slime-check's."""
     ours = Path(__file__).resolve().parent.parent  # reference_impl
-    return sorted({f for f in files.values() if not Path(f).resolve().is_relative_to(ours)})
+    hook_files = {Path(f).resolve() for f in files.values()}
+    beside = {p.resolve() for f in hook_files for p in f.parent.glob("*.py") if p.name != "__init__.py"}
+    return sorted(str(f) for f in hook_files | beside if not f.is_relative_to(ours))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -993,8 +1013,12 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     if any(f.status is Status.FAIL for f in data_findings):
         report["stopped"] = "the prompt data is not here"
         return findings, report
+    responses = read_responses(opts.responses) if opts.responses else []
     if opts.engine == "slime-ref":
-        model_dir, model_findings = build_model(items, out)
+        model_dir, model_findings = build_model(items, out, responses)
+        longest = scripted_tokens(model_dir, responses)
+        if longest > opts.response_cap:  # a scripted answer cut short would never reach the tool
+            opts = replace(opts, response_cap=longest)
     else:
         hf = last(items, "--hf-checkpoint")
         model_dir, model_findings = Path(hf[0]) if hf else out, []
@@ -1007,7 +1031,6 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
         if left_out:
             findings.append(left_out)
     real = opts.engine == "slime"
-    responses = read_responses(opts.responses) if opts.responses else []
     probe = {"argv": shrunk.argv, "data": str(data["prompt"]), "rows": DATA_ROWS, "responses": responses}
     hooks_config = write_hooks(shrunk.hooks, out, real_slime=real, probe=probe)
     compat = opts.engine == "slime-ref" and not slime_importable()

@@ -30,6 +30,7 @@ COVERAGE_SAVE_DELAY_S = 1.0  # after a hook call, the process's coverage data is
 # The shapes a reward may want a final answer in ({a} is the reference answer).
 ANSWER_SHAPES = {
     "boxed": "\\boxed{{{a}}}",
+    "think_boxed": "<think>\n</think>\n\n\\boxed{{{a}}}",  # deepscaler wants the answer after </think>
     "answer_tags": "<answer>{a}</answer>",
     "answer_colon": "Answer: {a}",
     "hashes": "#### {a}",
@@ -310,6 +311,25 @@ def reward_caller(args, hooks: dict, real_slime: bool):
     return name, call
 
 
+def prompt_renderer(args):
+    """The prompt as the run's Samples hold it: with --apply-chat-template, the rendered chat (a plain
+    string is one user message, as slime's data loader makes it)."""
+    if not getattr(args, "apply_chat_template", False):
+        return lambda prompt: prompt
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(args.hf_checkpoint)
+
+    def render(prompt):
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        try:
+            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception:  # a prompt the template cannot render: the reward sees it as the data holds it
+            return prompt
+
+    return render
+
+
 def probe_reward(args, hooks: dict, rows: list[dict], responses: list[dict], real_slime: bool) -> dict:
     """Score each row's reference answer in every answer shape, and each response the user marked correct.
     A shape that scores above 0 on some row is one the reward takes."""
@@ -324,9 +344,10 @@ def probe_reward(args, hooks: dict, rows: list[dict], responses: list[dict], rea
         return result
     input_key, label_key = getattr(args, "input_key", "input"), getattr(args, "label_key", None)
     reward_key = getattr(args, "reward_key", None)
+    render = prompt_renderer(args)
 
     def score(prompt, label, response):
-        sample = Sample(prompt=prompt, label=copy.deepcopy(label), response=response,
+        sample = Sample(prompt=render(prompt), label=copy.deepcopy(label), response=response,
                         status=Sample.Status.COMPLETED)
         result["calls"] += 1
         return reward_value(call(sample), reward_key)
