@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import threading
+from pathlib import Path
 
 COVERAGE_SAVE_DELAY_S = 1.0  # after a hook call, the process's coverage data is saved this much later
 
@@ -265,17 +266,6 @@ def parse_args(argv: list[str]):
     return args
 
 
-def first_rows(path: str, n: int) -> list[dict]:
-    rows = []
-    with open(path) as fh:
-        for line in fh:
-            if line.strip():
-                rows.append(json.loads(line))
-            if len(rows) >= n:
-                break
-    return rows
-
-
 def prompt_text(prompt) -> str | None:
     """The text the stand-in engine recognises a prompt by: its last user message, or the string."""
     if isinstance(prompt, str):
@@ -401,7 +391,9 @@ def preflight(config_path: str) -> dict:
                          if hook_id in report["errors"]):
         try:
             args = parse_args(probe["argv"])
-            report["probe"] = probe_reward(args, hooks, first_rows(probe["data"], probe["rows"]),
+            from slime_check.config_lint import first_rows
+
+            report["probe"] = probe_reward(args, hooks, first_rows(Path(probe["data"]), probe["rows"]),
                                            probe.get("responses", []), real_slime)
         except Exception as e:
             report["probe"] = {"failed": describe(e)[:400]}
