@@ -194,7 +194,7 @@ def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
     left_out: list[str] = []
     for given in parsed.given:
         values_known = all(w.known for w in given.values)
-        if values_known and not given.name.startswith("$"):
+        if values_known:
             argv += [given.name, *[w.text for w in given.values]]
         elif rehearsal_replaces(given.name, engine) and given.name not in READ_BY_REHEARSAL:
             argv += [given.name, *[w.text for w in given.values]]  # never read: the rehearsal sets its own
@@ -626,8 +626,6 @@ def write_hooks(hooks: dict[str, tuple[str, str]], out: Path, real_slime: bool =
 def preflight_hooks(hooks: dict[str, tuple[str, str]], env: dict, config: Path) -> tuple[list[Finding], dict]:
     """Import every hook the way the run will (same PYTHONPATH), before anything starts, and probe the
     reward's answer format (``smoke_runtime.preflight``). (findings, the preflight's report)."""
-    if not hooks and not json.loads(config.read_text()).get("probe"):
-        return [], {}
     env = {k: v for k, v in env.items() if k != "COVERAGE_PROCESS_START"}  # the probe is not the run
     try:
         done = subprocess.run([sys.executable, "-m", "slime_check.smoke_runtime", "preflight", str(config)],
