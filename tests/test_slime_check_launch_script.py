@@ -238,3 +238,18 @@ def test_ray_job_submits_runtime_env_vars_reach_the_invocation(tmp_path):
                 "ray job submit --runtime-env-json='not json' -- python3 train.py\n", "two.sh")
     first, second = read_script(two).invocations
     assert first.env == {"A": "1"} and second.env == {}
+
+
+def test_basename_of_a_known_word(tmp_path):
+    # geo3k_vlm's idiom: a dataset's local folder is named after the last part of its hub name
+    path = write(tmp_path, r"""
+DATASET_NAME=${SLIME_SCRIPT_DATASET_NAME:-"chenhegu/geo3k_imgurl"}
+DATASET_LOCAL_NAME=$(basename "$DATASET_NAME")
+python train.py --prompt-data /root/datasets/${DATASET_LOCAL_NAME}/train.parquet --a $(basename -- /x/m.sh .sh) \
+  --b $(basename "$UNSET_VAR") --c $(basename "dir/") --d $(basename .sh .sh)
+""")
+    argv = argv_of(path)
+    assert argv == ["--prompt-data", "/root/datasets/geo3k_imgurl/train.parquet", "--a", "m",
+                    "--b", "$(basename \"$UNSET_VAR\")", "--c", "dir", "--d", ".sh"]
+    inv = read_script(path).invocations[0]
+    assert inv.argv[1].known and not inv.argv[5].known

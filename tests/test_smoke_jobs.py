@@ -60,8 +60,21 @@ def test_a_computed_value_the_rehearsal_needs_is_refused_with_the_variable(tmp_p
     script = tmp_path / "run.sh"
     script.write_text("BS=$(python3 -c 'print(32)')\npython3 train.py --prompt-data /d.jsonl "
                       "--rollout-batch-size ${BS} --n-samples-per-prompt 8\n")
-    with pytest.raises(UserError, match=r"--rollout-batch-size \$\(python3 -c 'print\(32\)'\) cannot be known"):
+    with pytest.raises(UserError, match=r"--rollout-batch-size \$\(python3 -c 'print\(32\)'\) cannot be known") as e:
         read_job([str(script)], None, {})
+    # the script assigns BS itself, so --env BS=... would not reach it: the fix is train.py's arguments
+    assert "--env BS" not in str(e.value) and "-- --flag value" in str(e.value)
+
+
+def test_an_unset_variable_the_rehearsal_needs_is_asked_for_with_env(tmp_path):
+    from slime_common.errors import UserError
+
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py --prompt-data /d.jsonl --rollout-batch-size ${BS} --n-samples-per-prompt 8\n")
+    with pytest.raises(UserError, match=r"needs it; give --env BS=VALUE$"):
+        read_job([str(script)], None, {})
+    job, _ = read_job([str(script)], None, {"BS": "4"})
+    assert job.argv[job.argv.index("--rollout-batch-size") + 1] == "4"
 
 
 def test_real_slime_needs_the_moe_values_the_cpu_rehearsal_drops():

@@ -648,8 +648,19 @@ class Reader:
         return [Sym(f"${{{body}}}")]
 
     def command_substitution(self, inner: str) -> list:
-        """``$(dirname X)`` and ``$(cd X && pwd)`` (how scripts find their own folder); else symbolic."""
+        """``$(dirname X)`` and ``$(cd X && pwd)`` (how scripts find their own folder), ``$(basename X)``
+        of a known word (how scripts name a dataset's local folder); else symbolic."""
         origin = Origin(str(self.here), 0)
+        basename = re.fullmatch(r"\s*basename\s+(?:--\s+)?(\S+?)(?:\s+(\S+))?\s*", inner, re.DOTALL)
+        if basename:
+            words = self.expand_word(basename.group(1), origin)
+            suffixes = self.expand_word(basename.group(2), origin) if basename.group(2) else []
+            if len(words) == 1 and words[0].known and all(w.known for w in suffixes) and len(suffixes) <= 1:
+                # POSIX basename: trailing slashes go, then the last component, then the suffix
+                name = words[0].text.rstrip("/").rsplit("/", 1)[-1] or ("/" if words[0].text else "")
+                if suffixes and name.endswith(suffixes[0].text) and name != suffixes[0].text:
+                    name = name[: -len(suffixes[0].text)]
+                return [name]
         dirname = re.fullmatch(r"\s*dirname\s+(?:--\s+)?(.+?)\s*", inner, re.DOTALL)
         cd_pwd = re.fullmatch(r"\s*cd\s+(?:--\s+)?(.+?)\s*(?:(?:&>|2?>)\s*/dev/null\s*(?:2>&1\s*)?)?&&\s*pwd\s*",
                               inner, re.DOTALL)

@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import queue
+import re
 import shlex
 import signal
 import subprocess
@@ -190,6 +191,7 @@ def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
     inv = reading.invocations[0]
     parsed = parse_argv(inv.argv, load_registry())
     needed = [w.text for w in parsed.unresolved]  # a symbolic word where a flag could be
+    unknown_words = list(parsed.unresolved)
     argv: list[str] = []
     left_out: list[str] = []
     for given in parsed.given:
@@ -202,10 +204,11 @@ def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
             left_out.append(f"{given.name} {' '.join(w.text for w in given.values)}")  # GPU engine settings
         else:
             needed += [f"{given.name} {w.text}" for w in given.values if not w.known]
+            unknown_words += [w for w in given.values if not w.known]
     argv += [w.text for w in parsed.stray]
     if needed:
         raise UserError(f"{path}: {', '.join(needed[:3])} cannot be known without running the script, and the "
-                        "rehearsal needs it; give the variables with --env NAME=VALUE")
+                        f"rehearsal needs it; {how_to_give(path, slime_dir, env, unknown_words)}")
     notes = []
     if left_out:
         notes.append(Finding("smoke.unknown_values", Status.PASS, f"left out of the CPU rehearsal (their values "
@@ -217,6 +220,30 @@ def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
                              "runs without it and keeps the other env_vars.",
                              "Give it with --env NAME=VALUE if your hooks read it.", DOC))
     return Job(inv.entry, argv, path, {**inv.env, **env}, notes), reports[0].findings
+
+
+def how_to_give(path, slime_dir, env: dict[str, str], words: list) -> str:
+    """The fix for words the reading could not know: ``--env`` for the variables that decide them
+    (found by reading the script again with each one set), else train.py's arguments after ``--``,
+    since a value the script computes with a command, or assigns itself, ignores ``--env``."""
+    from slime_check.launch_script import Sym, read_script
+
+    symbols = {p.text for w in words for p in w.parts if isinstance(p, Sym)}
+    names = {m.group(1) for t in symbols if (m := re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", t))}
+    settable = []
+    for name in sorted(names):
+        probe = read_script(path, slime_dir, {**env, name: "probe"})
+        after = {p.text for inv in probe.invocations for w in inv.argv for p in w.parts if isinstance(p, Sym)}
+        if f"${{{name}}}" not in after and f"${name}" not in after:
+            settable.append(name)
+    computed = sorted(symbols - {f"${{{n}}}" for n in settable} - {f"${n}" for n in settable})
+    if not computed:
+        return "give " + " ".join(f"--env {n}=VALUE" for n in settable)
+    hint = f"give {' '.join(f'--env {n}=VALUE' for n in settable)}; " if settable else ""
+    return (f"{hint}the script computes {', '.join(computed[:3])} itself (a command's output, or a value set "
+            "where --env cannot reach it), so give the rehearsal train.py's arguments instead: "
+            "`slime-check smoke [options] -- --flag value ...`, or have the script read it from a variable "
+            "(`X=${X:-...}`) and give that with --env")
 
 
 def split_flags(argv: list[str]) -> list[tuple[str, list[str]]]:
