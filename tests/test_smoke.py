@@ -609,10 +609,13 @@ def test_with_slime_starts_a_ray_head_of_its_own_and_stops_it(short_tmp, tiny):
 def test_flags_slime_ref_does_not_implement_are_left_out_and_named():
     from slime_check.smoke import drop_unimplemented
 
-    kept, dropped = drop_unimplemented(["--lr", "1e-6", "--optimizer-cpu-offload", "--attention-softmax-in-fp32",
-                                        "--sglang-mem-fraction-static", "0.7", "--colocate"])
-    assert dropped == ["--optimizer-cpu-offload", "--attention-softmax-in-fp32"]
-    assert kept == ["--lr", "1e-6", "--sglang-mem-fraction-static", "0.7", "--colocate"]
+    kept, dropped = drop_unimplemented(["--lr", "1e-6", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
+                                        "--attention-softmax-in-fp32", "--sglang-mem-fraction-static", "0.7",
+                                        "--colocate"])
+    assert dropped == ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]
+    # slime-ref's attention keeps its softmax in fp32 already: the switch is accepted, not dropped
+    assert kept == ["--lr", "1e-6", "--attention-softmax-in-fp32", "--sglang-mem-fraction-static", "0.7",
+                    "--colocate"]
     # a top-p below 1 is slime's top-p replay, which slime-ref refuses: the rehearsal samples at 1
     kept, dropped = drop_unimplemented(["--rollout-top-p", "0.95", "--eval-top-p", "0.9", "--lr", "1e-6"])
     assert dropped == ["--rollout-top-p 0.95 (top-p replay)"]

@@ -358,6 +358,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         group.add_argument(switch, action="store_true", default=False)
     group.add_argument("--attention-backend", type=str, default=None,
                        help="Megatron's attention kernel choice; slime-ref uses SDPA / varlen flash attention.")
+    group.add_argument("--attention-softmax-in-fp32", action="store_true", default=False,
+                       help="Megatron's switch for an fp32 softmax in unfused attention. slime-ref's attention keeps "
+                            "its softmax in fp32 already (flash attention on CUDA; CPU runs are float32), so it "
+                            "changes nothing here.")
     return parser
 
 
