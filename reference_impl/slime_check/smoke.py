@@ -670,6 +670,10 @@ def preflight_hooks(hooks: dict[str, tuple[str, str]], env: dict, config: Path) 
     for hook_id, (flag, path) in hooks.items():
         if hook_id in report["errors"]:
             message = report["errors"][hook_id]
+            from slime_check.compat.layouts import TARGET_ENV, explain_import_error
+
+            if (moved := explain_import_error(message, env.get(TARGET_ENV))) and moved not in message:
+                message += f" ({moved})"  # a real slime's bare "No module named": where the module went
             out.append(Finding("smoke.hook_import", Status.FAIL, f"{flag} {path} cannot be loaded: {message}",
                                "Fix the import (the module's folder must be on the workers' PYTHONPATH, e.g. in "
                                "ray job submit's runtime env); names missing from the slime compatibility layer "
@@ -877,6 +881,10 @@ def run_env(opts: SmokeOptions, job: Job, hooks_config: Path | None, compat: boo
         from slime_check.compat import ROOT
 
         paths.append(str(ROOT))
+    if getattr(job, "target", None):  # the compat layer serves that slime's module names (compat/layouts.py)
+        from slime_check.compat import TARGET_ENV
+
+        env[TARGET_ENV] = job.target
     import slime_ref
 
     paths.append(str(Path(slime_ref.__file__).resolve().parent.parent))
@@ -1081,7 +1089,8 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
         cmd = slime_cmd(opts.slime_dir, job.entry, shrunk.argv)
         shown = ["python3", str(opts.slime_dir / job.entry), *shrunk.argv]
     exported = ("PYTHONPATH", "WANDB_MODE", "WANDB_DIR", "RAY_TMPDIR", "SLIME_SMOKE_HOOKS_CONFIG",
-                "COVERAGE_PROCESS_START", "SLIME_REF_ENGINE_SCRIPT", "SLIME_REF_ENGINE_SCRIPT_STATS")
+                "COVERAGE_PROCESS_START", "SLIME_REF_ENGINE_SCRIPT", "SLIME_REF_ENGINE_SCRIPT_STATS",
+                "SLIME_CHECK_SLIME_TARGET")
     exports = {k: env[k] for k in exported if k in env}
     lines = [" ".join(shlex.quote(w) for w in shown[:len(shown) - len(shrunk.argv)])]
     lines += [" ".join(shlex.quote(w) for w in (flag, *values)) for flag, values in split_flags(shrunk.argv)]
