@@ -28,6 +28,7 @@ import pytest
 from aiohttp import web
 
 from slime_check.compat import ROOT as COMPAT_ROOT
+from slime_check.compat import TARGET_ENV
 from slime_ref.errors import UserError
 from slime_ref.types import Sample
 from slime_ref.utils import hooks
@@ -47,9 +48,10 @@ TAG = "v0.3.1"
 
 
 def _compat_env(*extra_paths) -> dict:
-    """The PYTHONPATH a smoke run without slime gets: the compat `slime` first, then slime-ref."""
+    """The PYTHONPATH a smoke run without slime gets: the compat `slime` first, then slime-ref; the
+    target is v0.3.1, whose examples these are (tests/test_compat_layouts.py covers main's layout)."""
     path = [*map(str, extra_paths), str(COMPAT_ROOT), str(REPO / "reference_impl")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), TARGET_ENV: TAG}
 
 
 def _run(code: str, *extra_paths) -> subprocess.CompletedProcess:

@@ -75,7 +75,9 @@ def _provided_by(module_name: str) -> list[str]:
     module = sys.modules.get(module_name)
     if module is None:
         return []
-    names = list(getattr(module, "__all__", []))
+    from slime_check.compat.layouts import env_target, served
+
+    names = list(getattr(module, "__all__", [])) + served(module_name, env_target())
     for info in pkgutil.iter_modules(getattr(module, "__path__", None) or []):
         if not info.name.startswith("_"):
             names.append(info.name)
