@@ -26,7 +26,38 @@ Sources (slime v0.3.1 pins them in docker/Dockerfile and build_conda.sh)::
         --sglang-wheel /tmp/w/sglang-0.5.15.post1-*.whl --router-wheel /tmp/w/sglang_router-0.3.2-*.whl
 
 Megatron-LM is imported for real (its flags come from config dataclasses in megatron.core), so
-the run needs torch; it takes about 15 s.
+the run needs torch; it takes about 15 s. That full run made ``slime_v0.3.1_flags.json``.
+
+Derived registries (``--base``): another slime with the same pins
+-----------------------------------------------------------------
+
+slime's main at 624b824 pins the same Megatron-LM commit (1dcf0da) and the same SGLang image
+(``v0.5.15.post1-cu129``) as v0.3.1, and applies the same five patches plus two new ones
+(``megatron-sglang-aligned.patch``, which adds no flag, and ``sglang-deterministic.patch``,
+which adds one ``ServerArgs`` field). Its registry is derived from v0.3.1's, without Megatron-LM,
+the SGLang wheel or torch::
+
+    python -m slime_check.tools.gen_flag_registry --base slime_common/data/slime_v0.3.1_flags.json \
+        --slime SLIME_GIT@624b824 --version main --arg-utils SGLANG_0.5.15.post1_SOURCE \
+        --out slime_common/data/slime_main-624b824_flags.json
+
+What a derivation regenerates from the target slime's own files:
+
+* every record whose source is ``slime``: the ``main`` parser's slime flags (running slime's
+  ``get_slime_extra_args_provider`` from ``slime/utils/arguments.py`` on a parser that holds the
+  base's Megatron flags), the ``preparse`` parser, and the ``sglang`` parser's slime flags
+  (running ``add_sglang_arguments`` from ``slime/backends/sglang_utils/arguments.py``);
+* the defaults slime resets on Megatron, SGLang and router flags (``megatron_default``), and
+  which SGLang flags slime hides (its skip list);
+* the ``--sglang-*`` flags added by SGLang patches the base does not apply: the ``ServerArgs``
+  fields such a patch adds are run through SGLang's own ``arg_utils.py`` (v0.5.15.post1).
+
+What it carries from the base registry unchanged: every Megatron-LM, Megatron-patch, SGLang,
+SGLang-patch and router record of the pinned upstreams. A new Megatron patch that adds a flag,
+or a new SGLang patch field that needs more of ``server_args.py`` than ``arg_utils``, stops the
+derivation with a message: that slime needs the full run above.
+
+``slime_check.flag_source`` uses the same derivation to read a user's own slime checkout.
 """
 
 from __future__ import annotations
@@ -539,6 +570,215 @@ def generate(args) -> dict:
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# Derived registries: a slime with the same pins as a base registry
+# ---------------------------------------------------------------------------------------------
+
+UPSTREAM_SOURCES = ("megatron", "megatron-patch", "sglang", "sglang-patch", "router")
+
+
+class DerivationError(Exception):
+    """The base registry cannot stand in for this slime's upstreams; a full run is needed."""
+
+
+class Replayed:
+    """The default of an upstream flag re-added from a base record; slime may replace it."""
+
+    def __init__(self, record: dict):
+        self.record = record
+
+
+def _replay(parser: argparse.ArgumentParser, flags: list[str], record: dict, dest: str | None = None) -> None:
+    kwargs = {"nargs": "?", "default": Replayed(record)}
+    if dest is not None:
+        kwargs["dest"] = dest
+    parser.add_argument(*flags, **kwargs)
+
+
+def _updated(record: dict, pre_default, default, reset_key: str | None) -> dict:
+    """``record`` with the default slime leaves on it (and, for Megatron, the one it replaced)."""
+    out = {k: v for k, v in record.items() if k != "megatron_default"}
+    if isinstance(default, Replayed):
+        out["default"] = pre_default
+        return out
+    out["default"] = to_json(default)
+    if reset_key and out["default"] != pre_default:
+        out[reset_key] = pre_default
+    return out
+
+
+def derive_main_records(base_records: list[dict], slime: SourceTree) -> list[dict]:
+    """The ``main`` parser: the base's Megatron flags, then slime's provider run on them."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre: dict[int, tuple[dict, object]] = {}
+    for record in base_records:
+        if record["parser"] == "main" and record["source"] in UPSTREAM_SOURCES:
+            pre_default = record["megatron_default"] if "megatron_default" in record else record["default"]
+            _replay(parser, record["flags"], record, record["dest"])
+            pre[id(parser._actions[-1])] = (record, pre_default)
+    provider = load_slime_module(slime, "slime/utils/arguments.py", {}).get_slime_extra_args_provider()
+    provider(parser)
+    records = []
+    for action in option_actions(parser):
+        if id(action) in pre:
+            record, pre_default = pre[id(action)]
+            records.append(_updated(record, pre_default, action.default, "megatron_default"))
+        else:
+            records.append(action_record(action, "main", "slime"))
+    return records
+
+
+def patch_server_args_fields(patch: str) -> list[str]:
+    """The ``ServerArgs`` fields a SGLang patch adds, as source blocks (four-space indent)."""
+    sections = re.split(r"(?m)^(?=diff --git )", patch)
+    blocks: list[str] = []
+    for section in sections:
+        if not section.startswith("diff --git a/python/sglang/srt/server_args.py "):
+            continue
+        run: list[str] = []
+        for line in section.splitlines() + [""]:
+            if line.startswith("+") and not line.startswith("+++"):
+                run.append(line[1:])
+                continue
+            if run and re.match(r"^    [a-z_][a-z0-9_]*\s*:", run[0]):
+                blocks.append("\n".join(run))
+            elif any(re.match(r"^    [a-z_][a-z0-9_]*\s*:\s*A\[", r) for r in run):
+                raise DerivationError(f"a patch adds ServerArgs fields mixed with other code: {run[0].strip()}")
+            run = []
+    return blocks
+
+
+def patch_field_parser_hook(blocks: list[str], arg_utils: SourceTree):
+    """A function adding the patch-added fields' flags, as SGLang's ``add_cli_args`` would."""
+    if not blocks:
+        return lambda parser: None
+    utils = exec_source("sglang.srt.arg_groups.arg_utils", arg_utils.read("sglang/srt/arg_groups/arg_utils.py"),
+                        "arg_utils.py", {})
+    source = (
+        "from __future__ import annotations\nimport dataclasses\n"
+        "from typing import Any, Callable, Dict, List, Literal, Optional, Union\n"
+        "from sglang.srt.arg_groups.arg_utils import A, Arg\n\n"
+        "@dataclasses.dataclass\nclass ServerArgs:\n" + "\n".join(blocks) + "\n"
+    )
+    try:
+        module = exec_source("sglang.srt.server_args_patch_fields", source, "server_args_patch_fields.py",
+                             {"sglang": types.ModuleType("sglang"), "sglang.srt.arg_groups.arg_utils": utils})
+        fields = module.ServerArgs
+    except Exception as e:  # a field that needs more of server_args.py than its own lines
+        raise DerivationError(f"a patch's ServerArgs fields need SGLang's full server_args.py: {e}") from e
+    return lambda parser: utils.add_cli_args_from_dataclass(parser, fields)
+
+
+def derive_sglang_records(base_records: list[dict], slime: SourceTree, add_patch_fields) -> list[dict]:
+    """The ``sglang`` parser: slime's ``add_sglang_arguments`` over the base's SGLang and router flags."""
+    upstream = [r for r in base_records if r["parser"] == "sglang" and r["source"] in UPSTREAM_SOURCES]
+    origin: dict[int, str] = {}
+    replayed: set[int] = set()
+
+    def adding(source: str, add):
+        def add_cli_args(parser, *args, **kwargs):
+            seen = {id(a) for a in parser._actions}
+            add(parser)
+            for action in parser._actions:
+                if id(action) not in seen:
+                    origin[id(action)] = source
+                    if isinstance(action.default, Replayed):
+                        replayed.add(id(action))
+        return staticmethod(add_cli_args)
+
+    def add_server_args(parser):
+        for record in upstream:
+            if record["source"].startswith("sglang"):
+                flags = record["upstream_flags"]
+                derived = flags[0][2:].replace("-", "_")
+                dest = record["dest"][len("sglang_"):] if record["dest"] != "sglang_" + derived else None
+                # slime's wrapper prefixes flags and dest; its skip list sees the unprefixed dest.
+                parser.add_argument(*flags, nargs="?", default=Replayed(record),
+                                    **({"dest": dest} if dest else {}))
+        add_patch_fields(parser)
+
+    def add_router_args(parser):
+        for record in upstream:
+            if record["source"] == "router":
+                _replay(parser, record["flags"], record, record["dest"])
+
+    server_args = types.ModuleType("sglang.srt.server_args")
+    server_args.ServerArgs = type("ServerArgs", (), {"add_cli_args": adding("sglang-patch", add_server_args)})
+    router = types.ModuleType("sglang_router.launch_router")
+    router.RouterArgs = type("RouterArgs", (), {"add_cli_args": adding("router", add_router_args)})
+    provided = {
+        "sglang": types.ModuleType("sglang"),
+        "sglang_router": types.ModuleType("sglang_router"),
+        "sglang.srt.server_args": server_args,
+        "sglang_router.launch_router": router,
+    }
+    module = load_slime_module(slime, "slime/backends/sglang_utils/arguments.py", provided)
+    parser = argparse.ArgumentParser(add_help=False)
+    module.add_sglang_arguments(parser)
+    records = []
+    for action in option_actions(parser):
+        default = action.default
+        if id(action) in replayed or isinstance(default, Replayed):
+            record = default.record if isinstance(default, Replayed) else None
+            if record is None:  # slime replaced the default of a replayed flag: find its record by flags
+                record = next(r for r in upstream if r["flags"] == list(action.option_strings))
+            records.append(_updated(record, record["default"], default, None))
+            continue
+        source = origin.get(id(action), "slime")
+        record = action_record(action, "sglang", source)
+        if source.startswith("sglang"):
+            record["upstream_flags"] = ["--" + f[len("--sglang-"):] for f in action.option_strings]
+        records.append(record)
+    return records
+
+
+def dockerfile_patches(dockerfile: str) -> tuple[list[str], list[str]]:
+    """The Megatron and SGLang patch files slime's Dockerfile applies, in order (basenames)."""
+    version = re.search(r"(?m)^ARG PATCH_VERSION=(\S+)", dockerfile)
+    sglang = re.search(r"for patch in ([^;]+); do", dockerfile)
+    megatron = re.findall(r"git apply (megatron[\w.-]*\.patch)", dockerfile)
+    if not (version and sglang and megatron):
+        raise DerivationError("docker/Dockerfile does not show which patches the image applies")
+    folder = f"docker/patch/{version.group(1)}"
+    return ([f"{folder}/{m}" for m in dict.fromkeys(megatron)], [f"{folder}/{p}" for p in sglang.group(1).split()])
+
+
+def derive(base: dict, slime: SourceTree, version: str, commit: str, arg_utils: SourceTree | None) -> dict:
+    """The registry of ``slime`` (same Megatron-LM and SGLang pins as ``base``); see the module doc."""
+    base_records = base["flags"]
+    pins = json.loads(json.dumps(base["pins"]))
+    base_patches = {Path(p).name for p in pins["sglang_patches"]} | {Path(pins["megatron_patch"]).name}
+    megatron_patches, sglang_patches = dockerfile_patches(slime.read("docker/Dockerfile"))
+    new_megatron = [p for p in megatron_patches if Path(p).name not in base_patches]
+    new_sglang = [p for p in sglang_patches if Path(p).name not in base_patches]
+    for name in new_megatron:
+        if patch_added_flags(slime.read(name)):
+            raise DerivationError(f"{name} adds Megatron flags; run the full generator with --megatron")
+    blocks = [b for name in new_sglang for b in patch_server_args_fields(slime.read(name))]
+    if blocks and arg_utils is None:
+        raise DerivationError(f"{', '.join(new_sglang)} add ServerArgs fields; pass --arg-utils (SGLang's source)")
+    records = derive_main_records(base_records, slime)
+    records += [action_record(a, "preparse", "slime") for a in option_actions(build_preparse_parser(slime))]
+    records += derive_sglang_records(base_records, slime, patch_field_parser_hook(blocks, arg_utils))
+    records.sort(key=lambda r: (r["flags"][0], r["parser"]))
+    out = {k: v for k, v in base.items() if k != "flags"}
+    out["slime"] = {"version": version, "commit": commit}
+    if new_megatron or new_sglang:
+        pins["sglang_patches"] = sglang_patches
+        pins["megatron_patches"] = megatron_patches
+        pins["megatron_patch"] = megatron_patches[0]
+    out["pins"] = pins
+    if version != base["slime"]["version"]:
+        out["derived_from"] = {
+            "slime": base["slime"],
+            "regenerated": "slime's own flags (main, preparse and sglang parsers), slime's default resets and "
+                           "skip list, flags of SGLang patches new since the base",
+            "carried": "Megatron-LM, Megatron patch, SGLang, SGLang patch and router flags of the base",
+        }
+    out["flags"] = records
+    return out
+
+
 def router_args_version(wheel: SourceTree) -> str:
     text = wheel.read("sglang_router/version.py")
     match = re.search(r"""__version__\s*=\s*['"]([^'"]+)""", text)
@@ -555,15 +795,36 @@ def dump(registry: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--slime", required=True, help="slime v0.3.1: a checkout, or GITDIR@v0.3.1")
+    parser.add_argument("--slime", required=True, help="slime: a checkout, or GITDIR@REV (v0.3.1, 624b824, ...)")
     parser.add_argument("--slime-commit", default=None, help="commit to record when --slime is a plain directory")
-    parser.add_argument("--megatron", required=True, help="Megatron-LM at 1dcf0da: a checkout, or GITDIR@1dcf0da...")
+    parser.add_argument("--base", type=Path, default=None,
+                        help="derive from this registry (same pins) instead of reading Megatron-LM and SGLang")
+    parser.add_argument("--version", default="v0.3.1", help="the slime version to record (v0.3.1, main)")
+    parser.add_argument("--arg-utils", default=None,
+                        help="with --base: SGLang 0.5.15.post1 source (wheel or directory) holding "
+                             "sglang/srt/arg_groups/arg_utils.py, for flags new SGLang patches add")
+    parser.add_argument("--megatron", help="Megatron-LM at 1dcf0da: a checkout, or GITDIR@1dcf0da...")
     parser.add_argument("--megatron-commit", default="1dcf0dafa884ad52ffb243625717a3471643e087")
-    parser.add_argument("--sglang-wheel", required=True, help="sglang-0.5.15.post1 wheel")
-    parser.add_argument("--router-wheel", required=True, help="sglang_router-0.3.2 wheel")
+    parser.add_argument("--sglang-wheel", help="sglang-0.5.15.post1 wheel")
+    parser.add_argument("--router-wheel", help="sglang_router-0.3.2 wheel")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    registry = generate(args)
+    if args.base is not None:
+        slime = SourceTree(args.slime)
+        commit = slime.commit() or args.slime_commit
+        if commit is None:
+            parser.error("--slime-commit is required when --slime is a plain directory")
+        try:
+            registry = derive(json.loads(args.base.read_text()), slime, args.version, commit,
+                              SourceTree(args.arg_utils) if args.arg_utils else None)
+        except DerivationError as e:
+            raise SystemExit(f"gen_flag_registry: {e}") from None
+    else:
+        missing = [f"--{n.replace('_', '-')}" for n in ("megatron", "sglang_wheel", "router_wheel")
+                   if getattr(args, n) is None]
+        if missing:
+            parser.error(f"{', '.join(missing)} required without --base")
+        registry = generate(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(dump(registry))
