@@ -36,6 +36,25 @@ def _console():
     return Console() if sys.stdout.isatty() else Console(width=200, soft_wrap=True)
 
 
+SLIME_VERSION_HELP = ("Judge against this slime: v0.3.1, or main (main@624b824). Default: the slime --slime-dir "
+                      "(else the importable slime package) is; with neither, main@624b824, the newest known.")
+
+
+def _identify(slime_dir, version=None, importable: bool = True):
+    """Which slime the job runs, for the head of a report (see slime_check.slime_identity)."""
+    from slime_check.slime_identity import identify
+    from slime_common.errors import UserError
+
+    try:
+        return identify(slime_dir, version=version, importable=importable)
+    except ValueError as e:
+        raise UserError(str(e)) from e
+
+
+def _print_identity(console, identity) -> None:
+    console.print(f"[bold]slime:[/bold] {identity.label}", highlight=False)
+
+
 def _finish(findings, title: str, as_json: bool, **extra) -> None:
     from slime_check.findings import exit_code, render, to_json
 
@@ -56,17 +75,26 @@ def _finish(findings, title: str, as_json: bool, **extra) -> None:
 @click.option("--ckpt-dir", default=".", show_default=True, help="Where checkpoints will be saved (free disk check).")
 @click.option("--model-params", type=click.FloatRange(min=0, min_open=True), default=None, metavar="BILLIONS",
               help="Model size in billions of parameters, for the RAM and disk estimates.")
-def prereqs(as_json, only, gpus, fixture, ckpt_dir, model_params) -> None:
-    """Check GPUs, container, packages and system against slime v0.3.1's needs.
+@click.option("--slime-dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Your slime checkout: its tag, commit and local changes head the report.")
+def prereqs(as_json, only, gpus, fixture, ckpt_dir, model_params, slime_dir) -> None:
+    """Check GPUs, container, packages and system against slime's needs.
 
+    The report starts with the slime found (--slime-dir, the importable slime package, SLIME_IMAGE)
+    and the known slime it is judged as (v0.3.1 or main@624b824).
     Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
     """
     from slime_check.prereqs import Options, run_prereqs
     from slime_check.probes import CaptureProbe, LiveProbe
 
     probe = CaptureProbe(fixture) if fixture else LiveProbe()
-    findings = run_prereqs(probe, Options(gpus=gpus, ckpt_dir=ckpt_dir, model_params_b=model_params), list(only))
-    _finish(findings, f"slime-check prereqs: {probe.origin}", as_json, origin=probe.origin)
+    identity = _identify(slime_dir, importable=not fixture)  # a captured machine's slime is not this one's
+    findings = identity.findings() + run_prereqs(probe, Options(gpus=gpus, ckpt_dir=ckpt_dir,
+                                                                model_params_b=model_params), list(only))
+    if not as_json:
+        _print_identity(_console(), identity)
+    _finish(findings, f"slime-check prereqs: {probe.origin}", as_json, origin=probe.origin,
+            slime=identity.to_json())
 
 
 @cli.command()
@@ -109,11 +137,12 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.option("--slime-dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="A slime checkout: sourced scripts/models/*.sh are read from it.")
+@click.option("--slime-version", type=click.Choice(["v0.3.1", "main"]), default=None, help=SLIME_VERSION_HELP)
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
               help="A variable the script reads from the environment (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.argument("script_or_args", nargs=-1, required=True, type=click.UNPROCESSED)
-def config(slime_dir, env, as_json, script_or_args) -> None:
+def config(slime_dir, slime_version, env, as_json, script_or_args) -> None:
     """Lint launch scripts (run-*.sh) or a train.py argument list.
 
     \b
@@ -121,34 +150,43 @@ def config(slime_dir, env, as_json, script_or_args) -> None:
       slime-check config -- --rollout-batch-size 32 --n-samples-per-prompt 8 ...
 
     Reports unknown flags (slime ignores them silently), flags given twice, the batch identity,
-    slime's argument rules, GPU arithmetic, MODEL_ARGS against the HF config.json, hook paths and
-    the data file's keys. Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
+    slime's argument rules, GPU arithmetic, MODEL_ARGS against the HF config.json, hook paths,
+    the data file's keys, and behaviours that differ between slime v0.3.1 and main the job relies on.
+    Flags are read from --slime-dir's own source where given, else from the registry shipped for
+    the slime judged against (the report's first line names it).
+    Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
     """
     from slime_check.config_lint import Report, lint_argv, lint_script
     from slime_check.findings import counts, exit_code, render, to_json
     from slime_check.launch_script import Origin, ScriptError, Word
+    from slime_check.slime_identity import flags_finding, registry_for
     from slime_common.errors import UserError
 
     variables = _env_pairs(env)
+    identity = _identify(slime_dir, slime_version)
+    reg, notes = registry_for(identity, slime_dir)
+    head = identity.findings() + [flags_finding(notes)]
     args = list(script_or_args)
     reports: list[Report] = []
     if args[0].startswith("-"):
         argv = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(args)]
-        reports.append(Report("command-line arguments", lint_argv(argv)))
+        reports.append(Report("command-line arguments", lint_argv(argv, reg=reg, target=identity.target)))
     else:
         for item in args:
             if not Path(item).is_file():
                 raise UserError(f"{item}: no such script (give launch scripts, or `--` and train.py arguments)")
             try:
-                reports += lint_script(item, slime_dir, variables)
+                reports += lint_script(item, slime_dir, variables, reg=reg, target=identity.target)
             except ScriptError as e:
                 raise UserError(f"{e} (the script could not be parsed)") from e
+    reports[0].findings[:0] = head  # the slime heads the first report; the summary counts it once
     findings = [f for r in reports for f in r.findings]
     if as_json:  # one report per train invocation, and the summary over all of them
-        click.echo(json.dumps({"summary": counts(findings),
+        click.echo(json.dumps({"slime": identity.to_json(), "summary": counts(findings),
                                "reports": [json.loads(to_json(r.findings, title=r.title)) for r in reports]}, indent=2))
     else:
         console = _console()
+        _print_identity(console, identity)
         for r in reports:
             render(r.findings, f"slime-check config: {r.title}", console)
     sys.exit(exit_code(findings))

@@ -335,3 +335,23 @@ def identify(slime_dir: Path | str | None, env: Mapping[str, str] | None = None,
                                        decided.short) if x)
         identity.label = f"slime {target} ({detail})"
     return identity
+
+
+def registry_for(identity: SlimeIdentity, slime_dir: Path | str | None):
+    """The flags to judge a job by, and notes on where they came from: read from the ``--slime-dir``
+    checkout where one is given, else the registry shipped for the identified slime."""
+    from slime_common.registry import load_registry
+
+    if slime_dir is not None and (Path(slime_dir) / "slime" / "utils" / "arguments.py").is_file():
+        from slime_check.flag_source import registry_for_checkout
+
+        return registry_for_checkout(Path(slime_dir), identity.target)
+    reg = load_registry(identity.target)
+    notes = [f"flags: {reg.flags_from}"]
+    if slime_dir is not None:  # a folder of launch scripts and scripts/models, not a slime source tree
+        notes.append(f"--slime-dir {slime_dir} has no slime/utils/arguments.py to read flags from")
+    return reg, notes
+
+
+def flags_finding(notes: list[str]) -> Finding:
+    return Finding("slime.flags", Status.PASS, "; ".join(notes) if notes else "flags: the shipped registry")
