@@ -77,6 +77,7 @@ MODULES: tuple[Module, ...] = (
     Module(None, "slime.observability.rollout_metrics", ("#2298",)),
     Module(None, "slime.observability.train_metric_utils", ("#2298",)),
     Module(None, "slime.utils.accelerator", ("#2216",)),
+    Module(None, "slime.backends.megatron_utils.alignment", ("#2262",)),
 )
 
 
