@@ -19,12 +19,15 @@ import asyncio
 import copy
 import functools
 import importlib
+import importlib.util
 import inspect
 import json
 import os
 import sys
 import threading
 from pathlib import Path
+
+from slime_check.outside_services import explain_missing
 
 COVERAGE_SAVE_DELAY_S = 1.0  # after a hook call, the process's coverage data is saved this much later
 
@@ -370,6 +373,16 @@ def probe_reward(args, hooks: dict, rows: list[dict], responses: list[dict], rea
     return result
 
 
+def hook_source(path: str) -> Path | None:
+    """The file of a hook's module (``pkg.mod.fn`` -> pkg/mod.py), found without running it."""
+    module = path.rpartition(".")[0]
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
+
+
 def preflight(config_path: str) -> dict:
     """Import every hook; name their files; probe the reward. Never raises for a hook's fault."""
     config = load_config(config_path)
@@ -381,6 +394,8 @@ def preflight(config_path: str) -> dict:
             fn = load_function(path, flag, real_slime)
         except BaseException as e:
             report["errors"][hook_id] = describe(e)
+            if (needs := explain_missing(report["errors"][hook_id], hook_source(path))) is not None:
+                report["errors"][hook_id] += f" [{needs}]"
             continue
         try:
             report["files"][hook_id] = os.path.abspath(inspect.getsourcefile(inspect.unwrap(fn)))
