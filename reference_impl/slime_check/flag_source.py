@@ -65,7 +65,7 @@ def registry_for_checkout(slime_dir: str | Path, base: str, label: str | None = 
                  f"slime's patches to them)")
     records.sort(key=lambda r: (r["flags"][0], r["parser"]))
     meta = {k: v for k, v in data.items() if k != "flags"}
-    meta["slime"] = {"base": base, "read_from": str(root)}
+    meta["slime"] = {"version": None, "commit": None, "base": base, "read_from": str(root)}
     flags_from = (f"{', '.join(read)} read from {root}; upstream flags from the registry shipped for slime {base}"
                   if read else f"the registry shipped for slime {base} ({root} could not be read)")
     return Registry({**meta, "flags": records}, label=label or base, flags_from=flags_from), notes
