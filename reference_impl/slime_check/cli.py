@@ -208,10 +208,12 @@ def config(slime_dir, slime_version, env, as_json, script_or_args) -> None:
               help="JSONL of answers the stand-in model gives (slime-ref): {\"prompt\": TEXT, \"response\": TEXT "
                    "or [TURN, ...], \"correct\": true}. A list of turns scripts a tool call, so your tool branch "
                    "runs; \"prompt\" (a part of the prompt's text) is optional.")
+@click.option("--slime-version", type=click.Choice(["v0.3.1", "main"]), default=None, help=SLIME_VERSION_HELP)
 @click.option("--force", is_flag=True, help="Run even if a check FAILs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings and the run's figures as JSON.")
 @click.argument("script_or_args", nargs=-1, required=True, type=click.UNPROCESSED)
-def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, force, as_json, script_or_args) -> None:
+def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, slime_version, force, as_json,
+          script_or_args) -> None:
     """Rehearse a launch script at toy size: same hooks, data keys and settings, a few rollouts.
 
     \b
@@ -226,25 +228,33 @@ def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, force, as
     A random tiny model never answers right or calls a tool, so on slime-ref the stand-in engine
     answers part of each group itself: the label in the shape your reward scores (learned by probing
     the reward before the run), and your --responses. The report gives the lines of your hook files
-    that never ran, with the function they belong to.
+    that never ran, with the function they belong to. slime-ref behaves as slime v0.3.1: for a job
+    that targets slime main, each behaviour main changed that the job relies on is a WARN.
     Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
     """
     from slime_check.findings import exit_code
+    from slime_check.slime_identity import flags_finding, registry_for
     from slime_check.smoke import SmokeOptions, render_report, run_smoke, slime_importable
 
     if engine is None:
         engine = "slime" if slime_dir and slime_importable() and _has_gpu() else "slime-ref"
+    identity = _identify(slime_dir, slime_version)
+    reg, notes = registry_for(identity, slime_dir)
     opts = SmokeOptions(out=out.resolve(), engine=engine, rollouts=rollouts, timeout_s=timeout_s, force=force,
                         slime_dir=slime_dir.resolve() if slime_dir else None, env=_env_pairs(env),
-                        responses=responses.resolve() if responses else None)
+                        responses=responses.resolve() if responses else None, target=identity.target,
+                        registry=reg)
     console = _console()
+    if not as_json:
+        _print_identity(console, identity)
     echo = None if as_json else (lambda line: console.print(line, markup=False, highlight=False, style="dim"))
     findings, report = run_smoke(list(script_or_args), opts, None if as_json else console, echo)
+    findings = identity.findings() + [flags_finding(notes)] + findings
     if as_json:
         from slime_check.findings import counts
 
-        click.echo(json.dumps({"summary": counts(findings), "findings": [f.to_dict() for f in findings],
-                               "run": report}, indent=2, default=str))
+        click.echo(json.dumps({"slime": identity.to_json(), "summary": counts(findings),
+                               "findings": [f.to_dict() for f in findings], "run": report}, indent=2, default=str))
     else:
         render_report(findings, report, console)
     sys.exit(exit_code(findings))

@@ -143,6 +143,8 @@ class SmokeOptions:
     slime_dir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     responses: Path | None = None  # JSONL of answers the stand-in model gives (read_responses)
+    target: str | None = None  # the known slime the job is judged against (slime_identity); None: v0.3.1
+    registry: object = None  # the flags to read the job with (slime_identity.registry_for); None: target's
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +161,7 @@ class Job:
 
 
 def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
-             engine: str = "slime-ref") -> tuple[Job, list[Finding]]:
+             engine: str = "slime-ref", target: str | None = None, reg=None) -> tuple[Job, list[Finding]]:
     """The job's argv, and ``config``'s findings on it. A word that cannot be known without running the
     script (``$(date ...)``, ``printf -v``) is kept as its text when the rehearsal drops or replaces its
     flag anyway; where the rehearsal needs it, the job is refused with the variables to give."""
@@ -170,7 +172,8 @@ def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
 
     if script_or_args[0].startswith("-"):
         argv = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(script_or_args)]
-        return Job("train.py", list(script_or_args), "command-line arguments", dict(env)), lint_argv(argv)
+        return (Job("train.py", list(script_or_args), "command-line arguments", dict(env)),
+                lint_argv(argv, reg=reg, target=target))
     if len(script_or_args) != 1:
         raise UserError("smoke rehearses one launch script at a time")
     path = script_or_args[0]
@@ -180,7 +183,7 @@ def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
         raise UserError(f"{path}: no such script (give a launch script, or `--` and train.py arguments)")
     try:
         reading = read_script(path, slime_dir, env)
-        reports = lint_script(path, slime_dir, env)
+        reports = lint_script(path, slime_dir, env, reg=reg, target=target)
     except ScriptError as e:
         raise UserError(f"{e} (the script could not be parsed)") from e
     if not reading.invocations:
@@ -189,7 +192,7 @@ def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
         raise UserError(f"{path} starts {len(reading.invocations)} train commands; smoke rehearses one "
                         "(give its flags after `--`)")
     inv = reading.invocations[0]
-    parsed = parse_argv(inv.argv, load_registry())
+    parsed = parse_argv(inv.argv, reg or load_registry(target or "v0.3.1"))
     needed = [w.text for w in parsed.unresolved]  # a symbolic word where a flag could be
     unknown_words = list(parsed.unresolved)
     argv: list[str] = []
@@ -1006,8 +1009,11 @@ def check_findings(job: Job, config_findings: list[Finding], opts: SmokeOptions)
     """``config`` on the job, plus the prereqs groups this engine needs (packages/system on CPU)."""
     from slime_check.prereqs import run_prereqs
     from slime_check.probes import LiveProbe
+    from slime_check.smoke_verdict import drift_rehearsal
 
     findings = [f for f in config_findings if f.status is not Status.PASS or f.id.startswith("config.")]
+    if opts.engine == "slime-ref":  # slime-ref keeps v0.3.1's behaviour: say where the target's differs
+        findings += drift_rehearsal(job, opts.target, opts.registry)
     groups = ["packages", "system"] if opts.engine == "slime-ref" else ["gpu", "container", "packages", "system"]
     pre = run_prereqs(LiveProbe(), only=groups)
     if opts.engine == "slime-ref":
@@ -1027,7 +1033,8 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     phase: dict[str, float] = {}
 
     t = time.perf_counter()
-    job, config_findings = read_job(script_or_args, opts.slime_dir, opts.env, opts.engine)
+    job, config_findings = read_job(script_or_args, opts.slime_dir, opts.env, opts.engine, opts.target,
+                                    opts.registry)
     if not job.argv:
         return config_findings, {"stopped": "no train command found"}
     checks = check_findings(job, config_findings, opts) + job.notes

@@ -372,3 +372,22 @@ def weight_findings(result: dict, rc) -> list[Finding]:
                         f"compared the engines with the trainer {compared} time(s), after the first sync; slime "
                         "stops the run on a mismatch")]
     return []
+
+
+def drift_rehearsal(job, target: str | None, reg=None) -> list[Finding]:
+    """slime-ref keeps slime v0.3.1's behaviour. For a job that targets another slime, a WARN for each
+    behaviour that differs there and the job relies on (see slime_check.drift); the rest is rehearsed."""
+    from slime_check.config_lint import Config, parse_argv
+    from slime_check.drift import V031, rehearsal_findings
+    from slime_check.launch_script import Origin, Word
+    from slime_common.registry import load_registry
+
+    if target is None or target == V031 or not job.argv:
+        return []
+    class JobOrigin(Origin):  # the job's words after reading the script: named by the script alone
+        def __str__(self):
+            return Path(self.file).name
+
+    reg = reg or load_registry(target)
+    words = [Word([a], JobOrigin(job.source, 0)) for a in job.argv]
+    return rehearsal_findings(Config(parse_argv(words, reg), reg, job.entry, target), target)
