@@ -884,10 +884,10 @@ def run_env(opts: SmokeOptions, job: Job, hooks_config: Path | None, compat: boo
         from slime_check.compat import ROOT
 
         paths.append(str(ROOT))
-    if getattr(job, "target", None):  # the compat layer serves that slime's module names (compat/layouts.py)
+    if opts.target:  # the compat layer serves that slime's module names (compat/layouts.py)
         from slime_check.compat import TARGET_ENV
 
-        env[TARGET_ENV] = job.target
+        env[TARGET_ENV] = opts.target
     import slime_ref
 
     paths.append(str(Path(slime_ref.__file__).resolve().parent.parent))
