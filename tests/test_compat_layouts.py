@@ -170,8 +170,8 @@ def _preflight(tmp_path: Path, target: str | None, hook_path: str) -> tuple[list
     hooks = {"rm": ("--custom-rm-path", hook_path)}
     out = tmp_path / "out"
     config = write_hooks(hooks, out)
-    opts = SimpleNamespace(env={"PYTHONPATH": str(tmp_path)}, out=out)
-    job = SimpleNamespace(env={}, target=target)
+    opts = SimpleNamespace(env={"PYTHONPATH": str(tmp_path)}, out=out, target=target)
+    job = SimpleNamespace(env={})
     env = run_env(opts, job, config, compat=True)
     assert env.get(TARGET_ENV) == target
     return preflight_hooks(hooks, env, config)
