@@ -152,7 +152,7 @@ def _package_version(root: Path) -> str | None:
             text = (root / name).read_text(errors="replace")
         except OSError:
             continue
-        m = re.search(r"""^\s*version\s*=\s*["']([^"']+)["']""", text, re.M)
+        m = re.search(r"""(?<![\w.])version\s*=\s*["']([^"']+)["']""", text)
         if m:
             return m.group(1)
     return None
