@@ -211,3 +211,44 @@ def test_checkout_is_read_without_importing_torch_or_slime(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(proc.stdout) == {"freeze": True, "heavy": []}
+
+
+def fake_sglang(root: Path, body: str) -> Path:
+    """A folder holding a tiny ``sglang`` package whose ServerArgs defines the flags ``body`` adds."""
+    srt = root / "sglang" / "srt"
+    srt.mkdir(parents=True)
+    (root / "sglang" / "__init__.py").write_text("raise RuntimeError('sglang must not be imported')\n")
+    (root / "sglang" / "version.py").write_text('__version__ = "9.9.9"\n')
+    (srt / "server_args.py").write_text(
+        "import argparse\nimport torch  # never imported: a stub stands in\n\n"
+        "class ServerArgs:\n    @staticmethod\n    def add_cli_args(parser):\n" + body
+    )
+    return root
+
+
+def test_installed_sglang_flags_replace_the_shipped_ones(tmp_path):
+    body = ("        for i in range(300):\n            parser.add_argument(f'--knob-{i}', type=int, default=i)\n"
+            "        parser.add_argument('--mem-fraction-static', type=float, default=None)\n"
+            "        parser.add_argument('--model-path', type=str)\n")
+    root = fake_sglang(tmp_path / "site", body)
+    before = set(sys.modules)
+    reg, notes = registry_for_checkout(SOURCES / "main-624b824", "main@624b824", sglang_root=root)
+    assert not {m for m in set(sys.modules) - before if m.split(".")[0] in ("sglang", "torch", "slime")}
+    knob = reg.lookup("--sglang-knob-7")
+    assert knob.source == "sglang" and knob.default == 7 and knob.upstream_flags == ("--knob-7",)
+    assert "--sglang-mem-fraction-static" in reg and "--sglang-model-path" not in reg  # slime's skip list
+    assert "--sglang-enable-deterministic-inference" not in reg and "--router-policy" in reg
+    assert "--freeze-indexer" in reg and "--sglang-server-concurrency" in reg
+    assert any("sglang 9.9.9" in n for n in notes) and notes[-1].startswith("Megatron-LM and router flags")
+
+
+@pytest.mark.parametrize("body,why", [
+    ("        parser.add_argument('--only-one')\n", "too few"),
+    ("        parser.add_argument(\n", "could not read"),
+])
+def test_installed_sglang_that_cannot_be_trusted_falls_back(tmp_path, body, why):
+    root = fake_sglang(tmp_path / "site", body)
+    reg, notes = registry_for_checkout(SOURCES / "main-624b824", "main@624b824", sglang_root=root)
+    assert [vars(f) for f in reg.flags if f.parser == "sglang"] == \
+        [vars(f) for f in load_registry("main@624b824").flags if f.parser == "sglang"]
+    assert any(why in n for n in notes)

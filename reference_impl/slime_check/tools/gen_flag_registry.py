@@ -669,8 +669,13 @@ def patch_field_parser_hook(blocks: list[str], arg_utils: SourceTree):
     return lambda parser: utils.add_cli_args_from_dataclass(parser, fields)
 
 
-def derive_sglang_records(base_records: list[dict], slime: SourceTree, add_patch_fields) -> list[dict]:
-    """The ``sglang`` parser: slime's ``add_sglang_arguments`` over the base's SGLang and router flags."""
+def derive_sglang_records(base_records: list[dict], slime: SourceTree, add_patch_fields,
+                          add_server_flags=None) -> list[dict]:
+    """The ``sglang`` parser: slime's ``add_sglang_arguments`` over the base's SGLang and router flags.
+
+    ``add_server_flags(parser)``, when given, adds SGLang's flags instead of the base's (an installed
+    SGLang's ``ServerArgs.add_cli_args``); they are recorded with source ``sglang``.
+    """
     upstream = [r for r in base_records if r["parser"] == "sglang" and r["source"] in UPSTREAM_SOURCES]
     origin: dict[int, str] = {}
     replayed: set[int] = set()
@@ -687,6 +692,9 @@ def derive_sglang_records(base_records: list[dict], slime: SourceTree, add_patch
         return staticmethod(add_cli_args)
 
     def add_server_args(parser):
+        if add_server_flags is not None:
+            add_server_flags(parser)
+            return
         for record in upstream:
             if record["source"].startswith("sglang"):
                 flags = record["upstream_flags"]
@@ -703,7 +711,8 @@ def derive_sglang_records(base_records: list[dict], slime: SourceTree, add_patch
                 _replay(parser, record["flags"], record, record["dest"])
 
     server_args = types.ModuleType("sglang.srt.server_args")
-    server_args.ServerArgs = type("ServerArgs", (), {"add_cli_args": adding("sglang-patch", add_server_args)})
+    server_source = "sglang" if add_server_flags is not None else "sglang-patch"
+    server_args.ServerArgs = type("ServerArgs", (), {"add_cli_args": adding(server_source, add_server_args)})
     router = types.ModuleType("sglang_router.launch_router")
     router.RouterArgs = type("RouterArgs", (), {"add_cli_args": adding("router", add_router_args)})
     provided = {
