@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -312,34 +313,70 @@ def test_a_scripted_answer_has_a_sampled_answers_fields(engine, tok):
     assert scripted["meta_info"]["completion_tokens"] == len(scripted["output_ids"]) == 4
 
 
+class DecodeGate:
+    """Holds the engine's scheduler thread before a decode step of a request that has output, until
+    the test has queued its control (pause or abort): the control then lands mid-answer on any
+    machine, with no race against decode speed."""
+
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+        self.armed = threading.Event()
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        self._step = scheduler._step
+        scheduler._step = self.step
+
+    def step(self, batch):
+        if self.armed.is_set() and any(r.output_ids for r in batch):
+            self.armed.clear()
+            self.reached.set()
+            self.release.wait(timeout=120)
+        return self._step(batch)
+
+    async def hold(self, task):
+        """Arm, and wait until the scheduler is held mid-answer for ``task``."""
+        self.reached.clear()
+        self.release.clear()
+        self.armed.set()
+        while not self.reached.is_set():
+            assert not task.done(), "the request finished before the scheduler was held"
+            await asyncio.sleep(0.01)
+
+    async def release_after_queued(self):
+        """Let the scheduler go on once the test's control is in its inbox."""
+        while self.scheduler._inbox.empty():
+            await asyncio.sleep(0.01)
+        self.release.set()
+
+    def close(self):
+        self.release.set()
+        self.scheduler._step = self._step
+
+
 def test_pause_and_abort_work_on_a_scripted_answer(engine, tok, hf):
     p = prompt(tok, "9+9=")
     params = {"temperature": 1.0, "max_new_tokens": 400}
     filler = {"temperature": 1.0, "max_new_tokens": 1}
-
-    async def running(c, task):
-        """Until the request is being decoded (300 tokens leave time to act on it)."""
-        while True:
-            assert not task.done(), "the scripted answer finished before the test could act on it"
-            if (await c.get_load())[0]["num_tokens"] > len(p):
-                return
-            await asyncio.sleep(0.01)
+    gate = DecodeGate(engine.server.scheduler)
 
     async def go(c):
         reference = await c.generate(p, params)  # first turns 0, 2, 4 of the entry are scripted
         await c.generate(p, filler)
         task = asyncio.create_task(c.generate(p, params))
-        await running(c, task)
-        await c.pause_generation("retract")
+        await gate.hold(task)
+        await asyncio.gather(c.pause_generation("retract"), gate.release_after_queued())
         await c.continue_generation()
         retracted = await task
         await c.generate(p, filler)
         task = asyncio.create_task(c.generate(p, params, rid="scripted-abort"))
-        await running(c, task)
-        await c.abort_request(rid="scripted-abort")
+        await gate.hold(task)
+        await asyncio.gather(c.abort_request(rid="scripted-abort"), gate.release_after_queued())
         return reference, retracted, await task
 
-    (reference, retracted, aborted), stats = run(engine, go)
+    try:
+        (reference, retracted, aborted), stats = run(engine, go)
+    finally:
+        gate.close()
     assert reference.output_ids == scripted_ids(tok, LONG_ANSWER) and reference.text == LONG_ANSWER
     assert retracted.meta_info["num_retractions"] == 1
     assert retracted.output_ids == reference.output_ids
