@@ -252,3 +252,11 @@ def test_installed_sglang_that_cannot_be_trusted_falls_back(tmp_path, body, why)
     assert [vars(f) for f in reg.flags if f.parser == "sglang"] == \
         [vars(f) for f in load_registry("main@624b824").flags if f.parser == "sglang"]
     assert any(why in n for n in notes)
+
+
+def test_installed_sglang_that_breaks_slimes_wrapper_falls_back(tmp_path):
+    root = fake_sglang(tmp_path / "site", "        raise RuntimeError('needs a GPU')\n")
+    reg, notes = registry_for_checkout(SOURCES / "main-624b824", "main@624b824", sglang_root=root)
+    assert "--sglang-mem-fraction-static" in reg and "--freeze-indexer" in reg
+    assert any("could not be used" in n for n in notes)
+    assert not any("could not read" in n for n in notes)  # slime's own file is fine

@@ -78,9 +78,9 @@ def registry_for_checkout(slime_dir: str | Path, base: str, label: str | None = 
     with _sys_modules_kept():
         add_server_flags, sglang_note = _sglang_reader(gen, tree, sglang_root, base_records)
         records, read, notes = _read(gen, tree, root, base, base_records, add_server_flags)
-        if add_server_flags is not None and not _enough_sglang(records, base_records):
-            sglang_note = (f"SGLang flags: {sglang_root} gave too few --sglang-* flags to trust; taken from the "
-                           f"registry shipped for slime {base}")
+        if add_server_flags is not None and (SGLANG_ARGS not in read or not _enough_sglang(records, base_records)):
+            why = "gave too few --sglang-* flags to trust" if SGLANG_ARGS in read else "could not be used"
+            sglang_note = f"SGLang flags: {sglang_root} {why}; taken from the registry shipped for slime {base}"
             records, read, notes = _read(gen, tree, root, base, base_records, None)
     if sglang_note:
         notes.append(sglang_note)
