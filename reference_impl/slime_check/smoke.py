@@ -400,14 +400,14 @@ def drop_unimplemented(argv: list[str]) -> tuple[list[str], list[str]]:
     """slime's flags slime-ref's parser does not declare (nor passes to SGLang or the router) are left out
     of the rehearsal, and named; slime-ref would refuse them. So is a top-p below 1, which turns on
     slime's top-p replay (the rehearsal samples with top-p 1)."""
-    from slime_common.registry import load_registry
+    from slime_common.registry import KNOWN_SLIMES, load_registry
     from slime_ref.arguments import build_parser
 
     known = set(build_parser()._option_string_actions)
-    reg = load_registry()
+    regs = [load_registry(target) for target in KNOWN_SLIMES]  # a flag of main is not slime-ref's either
     kept, dropped = [], []
     for flag, values in split_flags(argv):
-        spec = reg.lookup(flag)
+        spec = next((r.lookup(flag) for r in regs if r.lookup(flag) is not None), None)
         if flag not in known and spec is not None and spec.source not in ("sglang", "sglang-patch", "router"):
             dropped.append(flag)
             continue
