@@ -29,12 +29,28 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (os.umask sets it to read it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename.
+    The file gets the mode a plain ``open(path, "w")`` gives (0666 less the umask), not mkstemp's 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -67,6 +83,7 @@ def atomic_directory(target: str | os.PathLike, *, replace: bool = True) -> Iter
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     try:
+        os.chmod(scratch, 0o777 & ~_umask())  # as os.mkdir would make it, not mkdtemp's 0700
         yield scratch
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
