@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -99,7 +100,9 @@ def _train_command(name: str, loop: str, summary: str):
     def command(flags: tuple[str, ...]) -> None:
         from slime_ref.arguments import build_parser, parse_args
 
-        if not flags or "-h" in flags or "--help" in flags:
+        if not flags:
+            sys.exit(_no_flags(name))
+        if "-h" in flags or "--help" in flags:
             parser = build_parser()
             parser.prog = f"slime-ref {name}"
             parser.description = f"{summary} Flags are slime v0.3.1's; see each group below."
@@ -115,6 +118,31 @@ def _train_command(name: str, loop: str, summary: str):
         run_with_console(train, args, title=f"slime-ref {name}")
 
     return command
+
+
+# What a run cannot start without (each pair: one of the two), in the order a launch script gives them.
+REQUIRED_FLAGS = (
+    ("--hf-checkpoint DIR", "the model: a local HF directory (config.json, weights, tokenizer)"),
+    ("--prompt-data FILE", "the prompts: .jsonl or .parquet"),
+    ("--rollout-batch-size N", "prompts per rollout"),
+    ("--num-rollout N | --num-epoch N", "how long to train"),
+    ("--global-batch-size N | --num-steps-per-rollout N", "samples per optimizer step, or steps per rollout"),
+)
+
+
+def _no_flags(name: str) -> int:
+    """``slime-ref train`` alone: the usage line, the required flags and where the rest are; exit 2."""
+    lines = [f"usage: slime-ref {name} --hf-checkpoint DIR --prompt-data FILE --rollout-batch-size N "
+             "--num-rollout N --global-batch-size N [FLAG ...]",
+             f"slime-ref {name}: error: no flags given; a run needs:"]
+    width = max(len(flag) for flag, _ in REQUIRED_FLAGS)
+    lines += [f"  {flag:<{width}}  {what}" for flag, what in REQUIRED_FLAGS]
+    lines.append(f"Every flag, by slime's names: slime-ref {name} --help")
+    lines.append("A tiny model and task to try it on: slime-ref make-tiny (it prints the flags that use them)")
+    click.echo("\n".join(lines), err=True)
+    from slime_ref.errors import USAGE_EXIT_CODE
+
+    return USAGE_EXIT_CODE
 
 
 _train_command("train", "sync", "Train with slime's synchronous loop (train.py): generate, train, sync weights.")
