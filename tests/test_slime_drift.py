@@ -194,3 +194,46 @@ def test_config_without_a_slime_judges_the_newest_and_says_so(tmp_path):
     assert report["slime"]["target"] == MAIN and not report["slime"]["identified"]
     head = report["reports"][0]["findings"][0]
     assert head["id"] == "slime.version" and head["status"] == "WARN" and "Nothing identifies" in head["finding"]
+
+
+SMOKE_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "smoke"
+
+
+def test_smoke_for_main_on_slime_ref_names_the_drift_and_rehearses_the_rest():
+    """A job for slime main with dual clip (#2247) and a main-only flag: slime-ref (v0.3.1's behaviour)
+    warns about the dual clip, leaves the main-only flag out, and runs the rest to its rewards."""
+    import sys
+    import tempfile
+
+    from slime_ref.assets import make_tiny
+
+    root = Path(tempfile.mkdtemp(prefix="smd-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    try:
+        tiny = make_tiny(root / "tiny")
+        script = root / "run.sh"
+        script.write_text((SMOKE_FIXTURES / "run-hooks.sh").read_text()
+                          .replace('SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"',
+                                   f'SCRIPT_DIR="{SMOKE_FIXTURES}"')
+                          .replace("   --rollout-temperature 1.0\n",
+                                   "   --rollout-temperature 1.0\n   --eps-clip-c 3\n   --freeze-indexer\n"))
+        env = {**os.environ, "COLUMNS": "200"}
+        env.pop("SLIME_IMAGE", None)
+        done = subprocess.run([sys.executable, "-c", "from slime_check.cli import main; main()", "smoke", str(script),
+                               "--slime-version", "main", "--out", str(root / "out"), "--json",
+                               "--env", f"TINY={tiny.root}", "--env", f"SAVE_DIR={root / 'ckpt'}"],
+                              capture_output=True, text=True, timeout=900, env=env)
+        assert "Traceback" not in done.stderr + done.stdout, done.stderr[-3000:]
+        report = json.loads(done.stdout)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert report["slime"]["target"] == MAIN
+    by_id = {}
+    for f in report["findings"]:
+        by_id.setdefault(f["id"], []).append(f)
+    (drift,) = by_id["smoke.drift"]
+    assert drift["status"] == "WARN" and "dual-clip PPO" in drift["finding"] and "#2247" in drift["finding"]
+    assert any("--freeze-indexer" in f["finding"] for f in by_id["smoke.not_rehearsed"])
+    assert "config.unknown_flag" in by_id and all(f["status"] == "PASS" for f in by_id["config.unknown_flag"])
+    if any("Ray did not start" in f["finding"] for f in by_id.get("smoke.log.ray_start", [])):
+        pytest.skip("Ray did not start on this overloaded machine")
+    assert "stopped" not in report["run"] and report["run"]["rewards"], by_id.get("smoke.run")
