@@ -199,6 +199,7 @@ def test_config_without_a_slime_judges_the_newest_and_says_so(tmp_path):
 SMOKE_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "smoke"
 
 
+@pytest.mark.slow
 def test_smoke_for_main_on_slime_ref_names_the_drift_and_rehearses_the_rest():
     """A job for slime main with dual clip (#2247) and a main-only flag: slime-ref (v0.3.1's behaviour)
     warns about the dual clip, leaves the main-only flag out, and runs the rest to its rewards."""
