@@ -28,13 +28,128 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+# -- the fast tier ---------------------------------------------------------------------------------
+# `pytest -m fast`: math, flags, lint, rewards, findings; no process, no server, no Ray, no engine, no
+# Megatron rank. These modules are in it, less the tests named in NOT_FAST. A fast test that starts
+# any of those fails (see _Guard), so the tier stays fast as tests are added.
+FAST_MODULES = {
+    "test_algo_advantages.py", "test_algo_kl.py", "test_algo_losses.py", "test_arguments.py", "test_assets.py",
+    "test_bench_decode_roofline.py", "test_ci_skips.py", "test_compat_layouts.py", "test_data_source.py",
+    "test_eval_config.py", "test_fileio.py", "test_flag_registries.py", "test_gc_settings.py",
+    "test_outside_services.py", "test_package_imports.py", "test_ports.py", "test_rewards.py",
+    "test_rollout_filters_guard.py", "test_rollout_list_generate.py", "test_rollout_metrics.py",
+    "test_skill_hook_signatures.py", "test_slime_check_config.py", "test_slime_check_launch_script.py",
+    "test_slime_check_prereqs.py", "test_slime_check_registry.py", "test_slime_drift.py", "test_smoke.py",
+    "test_smoke_jobs.py", "test_smoke_verdict.py", "test_tracking.py", "test_types.py",
+}
+NOT_FAST = {  # tests in FAST_MODULES that start a process or a server (the guard says so)
+    "tests/test_arguments.py::test_parsing_flags_does_not_import_torch",
+    "tests/test_bench_decode_roofline.py::test_the_cli_sets_measured_rates_against_the_limit_and_refuses_a_bad_value",
+    "tests/test_compat_layouts.py::test_a_main_hook_importing_slime_observability_rehearses_under_a_main_target",
+    "tests/test_compat_layouts.py::test_a_v031_import_under_a_main_target_is_reported_as_moved",
+    "tests/test_compat_layouts.py::test_each_moved_or_removed_module_is_refused_by_name_and_the_target_name_is_served",
+    "tests/test_compat_layouts.py::test_the_committed_listing_regenerates_byte_identical_from_slimes_source",
+    "tests/test_compat_layouts.py::test_under_a_v031_target_slime_observability_is_not_in_v031_and_the_v031_name_rehearses",
+    "tests/test_compat_layouts.py::test_without_a_target_both_names_are_served",
+    "tests/test_eval_config.py::test_cli_config_reports_the_eval_config_findings",
+    "tests/test_flag_registries.py::test_checkout_is_read_without_importing_torch_or_slime",
+    "tests/test_flag_registries.py::test_derivation_needs_sglang_arg_utils_for_a_new_patch_field",
+    "tests/test_flag_registries.py::test_main_registry_regenerates_byte_identical",
+    "tests/test_flag_registries.py::test_v031_registry_regenerates_byte_identical",
+    "tests/test_gc_settings.py::test_setup_objects_leave_the_collectors_walks_and_garbage_is_still_freed",
+    "tests/test_outside_services.py::test_the_preflight_finding_names_the_service",
+    "tests/test_package_imports.py::test_prereqs_imports_no_ray_torch_or_trainer",
+    "tests/test_ports.py::test_engines_router_and_rendezvous_ports_are_valid_for_sglang_with_a_high_os_port_range",
+    "tests/test_ports.py::test_two_processes_never_get_the_same_port",
+    "tests/test_rewards.py::test_remote_rm_gives_up_with_the_url_in_the_message",
+    "tests/test_rewards.py::test_remote_rm_posts_prompt_response_label",
+    "tests/test_rewards.py::test_remote_rm_retries_after_a_500_and_after_a_timeout",
+    "tests/test_slime_check_config.py::test_cli_config_argv_mode",
+    "tests/test_slime_check_config.py::test_cli_config_exit_codes",
+    "tests/test_slime_check_config.py::test_cli_prereqs_exit_codes",
+    "tests/test_slime_check_prereqs.py::test_probe_failures_become_outputs",
+    "tests/test_slime_check_prereqs.py::test_this_machine_gives_a_verdict_for_every_check",
+    "tests/test_slime_check_registry.py::test_patch_text_applies_only_the_target_file",
+    "tests/test_slime_drift.py::test_config_main_script_judged_as_main",
+    "tests/test_slime_drift.py::test_config_main_script_judged_as_v031_fails_naming_v031",
+    "tests/test_slime_drift.py::test_config_with_a_main_tree_as_slime_dir",
+    "tests/test_slime_drift.py::test_config_without_a_slime_judges_the_newest_and_says_so",
+    "tests/test_slime_drift.py::test_smoke_for_main_on_slime_ref_names_the_drift_and_rehearses_the_rest",
+    "tests/test_smoke.py::test_a_hook_that_fails_to_import_stops_before_the_run",
+    "tests/test_smoke.py::test_compat_layer_provides_slimes_hook_imports_and_names_a_missing_one",
+    "tests/test_smoke.py::test_kl_loss_without_ref_load_stops_before_the_run",
+    "tests/test_smoke.py::test_missing_data_key_stops_before_the_run",
+    "tests/test_smoke.py::test_usage_errors_exit_2_without_a_traceback",
+    "tests/test_smoke.py::test_with_slime_hooks_on_the_jobs_runtime_env_pythonpath_import",
+    "tests/test_smoke.py::test_with_slime_reads_rewards_and_truncation_from_slimes_log_lines",
+    "tests/test_smoke.py::test_with_slime_runs_train_py_with_the_rewritten_argv_and_reads_its_log",
+    "tests/test_smoke.py::test_with_slime_starts_a_ray_head_of_its_own_and_stops_it",
+    "tests/test_smoke.py::test_with_slime_timeout_stops_exactly_what_it_started",
+    "tests/test_smoke_jobs.py::test_ray_starts_under_any_out_path[42]",
+    "tests/test_smoke_jobs.py::test_ray_starts_under_any_out_path[47]",
+    "tests/test_smoke_verdict.py::test_coverage_measures_a_hook_on_a_thread_started_before_the_hooks_import",
+    "tests/test_tracking.py::test_plot_without_metrics_exits_2",
+    "tests/test_tracking.py::test_plot_writes_png",
+    "tests/test_tracking.py::test_wandb_offline",
+}
+
+
+class _Guard:
+    """While a fast test (its fixtures included) runs: starting a process, listening on a socket,
+    starting Ray or a torch.distributed group raises, naming the test's tier."""
+
+    def __init__(self):
+        import socket
+        import subprocess
+
+        self.targets = [(subprocess.Popen, "_execute_child"), (socket.socket, "listen"), (os, "fork"),
+                        (os, "posix_spawn")]
+        self.saved = []
+
+    def __enter__(self):
+        def refuse(*args, **kwargs):
+            raise AssertionError("a fast-tier test (pytest -m fast) may not start a process or a server; "
+                                 "add it to NOT_FAST in tests/conftest.py, or make it not start one")
+
+        for owner, name in self.targets:
+            self.saved.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, refuse)
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, original in reversed(self.saved):
+            setattr(owner, name, original)
+        self.saved.clear()
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in FAST_MODULES and item.nodeid not in NOT_FAST and "slow" not in item.keywords:
+            item.add_marker(pytest.mark.fast)
     if _cuda_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs CUDA (gpu marker); this machine has none")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("fast") is None:
+        yield
+        return
+    with _Guard():
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    if item.get_closest_marker("fast") is None:
+        yield
+        return
+    with _Guard():
+        yield
 
 
 @pytest.fixture(scope="session")
