@@ -26,9 +26,10 @@ git mirror at run time, never committed):
 
 Outside services: search-r1's retriever (127.0.0.1:8000/retrieve) and on-policy distillation's teacher
 (127.0.0.1:13141/generate) get a stand-in the bench starts on 127.0.0.1 for that script and stops after
-it. The others (E2B sandboxes, the tau-bench user simulator, strands, IFBench, W&B) are not stood in:
-the bench checks that the smoke ends in a finding naming them (or, for W&B, runs it offline) and says
-which, per service, under "services".
+it. strands' packages come from PyPI (``packages``: installed once into ~/.cache/slime-ref/bench-packages,
+and put on the hooks' PYTHONPATH). The others (E2B sandboxes, the tau-bench user simulator, IFBench,
+W&B) are not stood in: the bench checks that the smoke ends in a finding naming them (or, for W&B, runs
+it offline) and says which, per service, under "services".
 
 Outcomes: "passed" (the run finished, no finding FAILs), "findings" (it ran; the FAIL ids are listed),
 "refused" (smoke did not start the job: a check or a hook import FAILed first, or smoke refused the
@@ -203,6 +204,7 @@ class Spec:
     stand_ins: list[str] = field(default_factory=list)  # "retriever", "teacher"
     services: list[dict] = field(default_factory=list)  # {"service", "handled": stand-in|finding|offline, "names"}
     text_config: bool = False  # the checkpoint's config.json nests the language model under text_config
+    packages: list[str] = field(default_factory=list)  # PyPI packages its hooks import (see packages_site)
 
 
 DAPO_DATA = "{root}/datasets/dapo-math-17k/dapo-math-17k.jsonl"  # the scripts' default, under the work folder
@@ -253,13 +255,13 @@ SPECS: dict[str, Spec] = {
         "search", "qwen2", responses=search_responses, stand_ins=["retriever"],
         services=[{"service": "retrieval server at 127.0.0.1:8000/retrieve", "handled": "stand-in", "names": []}]),
     "strands_sglang/strands_qwen3_8b.sh": Spec(
-        "math", "qwen3",
-        services=[{"service": "strands-agents and strands-sglang", "handled": "finding",
-                   "names": ["strands"]}, WANDB]),
+        "math", "qwen3", packages=["strands-sglang==0.4.2"],  # the version its README installs
+        services=[{"service": "strands-agents and strands-sglang", "handled": "installed (PyPI, on the "
+                   "hooks' PYTHONPATH)", "names": []}, WANDB]),
     "tau-bench/run_qwen3_4B.sh": Spec(
         "tau", "qwen3",
         services=[{"service": "tau-bench and its user-simulator LLM API (Gemini)", "handled": "finding",
-                   "names": ["tau_bench"]},
+                   "names": ["tau_bench", "GEMINI_API_KEY"]},
                   {"service": "sglang (its FunctionCallParser)", "handled": "finding", "names": ["sglang"]}]),
     "train_infer_mismatch_helper/run-qwen3-4b-mis.sh": Spec("math", "qwen3", services=[WANDB]),
 }
@@ -555,19 +557,61 @@ def build(script: Path, spec: Spec, slime_dir: Path, root: Path) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
+PACKAGES_CACHE = Path.home() / ".cache" / "slime-ref" / "bench-packages"
+
+
+def packages_site(packages: list[str]) -> Path:
+    """A folder holding ``packages`` and those of their dependencies this environment lacks, installed
+    once from PyPI (``pip install --target``, torch pinned by constraints-cpu.txt) and cached. The
+    distributions this environment already has are removed from it, so the folder, put first on the
+    hooks' PYTHONPATH, adds packages and never replaces the ones slime-ref runs on."""
+    import hashlib
+    import importlib.metadata
+
+    site = PACKAGES_CACHE / hashlib.sha256(" ".join(sorted(packages)).encode()).hexdigest()[:16]
+    if (site / ".complete").is_file():
+        return site
+    tmp = site.with_name(site.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    log(f"installing {' '.join(packages)} into {site}")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(tmp), "-c",
+                    str(REPO / "constraints-cpu.txt"), *packages], check=True, stdin=subprocess.DEVNULL)
+    for info in tmp.glob("*.dist-info"):
+        name = info.name.split("-")[0]
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # new here: kept
+        for line in (info / "RECORD").read_text().splitlines():
+            target = tmp / line.split(",")[0]
+            if target.is_file() and target.resolve().is_relative_to(tmp.resolve()):
+                target.unlink()
+        shutil.rmtree(info, ignore_errors=True)
+    (tmp / ".complete").write_text(" ".join(packages))
+    shutil.rmtree(site, ignore_errors=True)
+    tmp.rename(site)
+    return site
+
+
 def run_smoke(script: Path, slime_dir: Path, out: Path, env: dict[str, str], responses: Path | None,
-              timeout_s: float, rollouts: int) -> tuple[int | None, dict | None, str, float, bool]:
-    """(exit status, the --json report, stderr tail, wall seconds, stopped by the bench's guard)."""
+              timeout_s: float, rollouts: int,
+              site: Path | None = None,
+              slime_version: str | None = None) -> tuple[int | None, dict | None, str, float, bool]:
+    """(exit status, the --json report, stderr tail, wall seconds, stopped by the bench's guard).
+    ``slime_version``: the slime the examples come from, for smoke's --slime-version (the exported tree
+    has no git history to tell it)."""
     cmd = [sys.executable, "-c", "from slime_check.cli import main; main()", "smoke", str(script),
            "--with", "slime-ref", "--slime-dir", str(slime_dir), "--out", str(out), "--json",
            "--timeout", str(timeout_s), "--rollouts", str(rollouts)]
+    if slime_version:
+        cmd += ["--slime-version", slime_version]
     for name, value in env.items():
         cmd += ["--env", f"{name}={value}"]
     if responses:
         cmd += ["--responses", str(responses)]
     run_env = {**os.environ, "COLUMNS": "200",
-               "PYTHONPATH": os.pathsep.join(p for p in [str(REPO / "reference_impl"), os.environ.get("PYTHONPATH")]
-                                             if p)}
+               "PYTHONPATH": os.pathsep.join(str(p) for p in [REPO / "reference_impl", site,
+                                                              os.environ.get("PYTHONPATH")] if p)}
     start = time.perf_counter()
     with open(out.parent / "smoke.stdout", "wb") as stdout, open(out.parent / "smoke.stderr", "wb") as stderr:
         proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, env=run_env,
@@ -694,9 +738,13 @@ def rehearse(rel: str, src: Path, work: Path, index: int, opts, inventory: dict)
                 running.append(STAND_INS[name]().start())
             except RuntimeError as e:
                 return {**result, "outcome": "refused", "finding": str(e)}
+        site = packages_site(spec.packages) if spec.packages else None
+        if site is not None:
+            result["packages"] = {"installed": spec.packages, "site": str(site)}
         log(f"{rel}: smoke (stand-ins: {', '.join(spec.stand_ins) or 'none'})")
         rc, report, err, wall, guarded = run_smoke(script, slime_dir, case / "out", done["env"], responses,
-                                                   opts.timeout, opts.rollouts)
+                                                   opts.timeout, opts.rollouts, site,
+                                                   opts.tag if opts.tag in ("v0.3.1", "main") else None)
     finally:
         for s in running:
             s.stop()
