@@ -67,3 +67,264 @@ def test_train_without_flags_gives_the_usage_and_the_required_flags(command):
     for flag in ("--hf-checkpoint", "--prompt-data", "--rollout-batch-size", "--num-rollout", "--global-batch-size"):
         assert any(line.lstrip().startswith(flag) for line in lines[2:]), flag
     assert f"slime-ref {command} --help" in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# items 14 and 15: bad input to slime-ref train is one line naming the flag and the file, before Ray
+
+
+def _train_flags(tiny, out, *extra):
+    return ["--hf-checkpoint", str(tiny.model_dir), "--prompt-data", str(tiny.train_path),
+            "--input-key", "prompt", "--label-key", "label", "--apply-chat-template", "--rm-type", "math",
+            "--num-rollout", "1", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
+            "--global-batch-size", "4", "--rollout-max-response-len", "4", "--actor-num-gpus-per-node", "1",
+            "--colocate", "--output-dir", str(out), *extra]
+
+
+def _bad_prompt_files(tiny, tmp_path):
+    """(name, flags, what the one line must hold): each a prompt file a run must refuse."""
+    good = tiny.train_path.read_text().splitlines()
+    cases = []
+
+    def write(name, text):
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    bad_json = write("bad_json.jsonl", "\n".join([good[0], good[1], '{"prompt": [1, 2', *good[2:]]) + "\n")
+    cases.append(("malformed line", ["--prompt-data", str(bad_json)],
+                  [f"--prompt-data {bad_json}:3:", "not valid JSON"]))
+    no_key = write("no_key.jsonl", "\n".join([good[0], '{"question": "1+1=", "label": "2"}', *good[2:]]) + "\n")
+    cases.append(("row without --input-key", ["--prompt-data", str(no_key)],
+                  [f"--prompt-data {no_key}:2:", "'prompt'", "--input-key", "question"]))
+    no_label = write("no_label.jsonl", "\n".join([*good[:40], '{"prompt": "1+1="}', *good[40:]]) + "\n")
+    cases.append(("row without --label-key", ["--prompt-data", str(no_label)],
+                  [f"--prompt-data {no_label}:41:", "'label'", "--label-key"]))
+    empty = write("empty.jsonl", "")
+    cases.append(("empty file", ["--prompt-data", str(empty)], [f"--prompt-data {empty}:", "no prompts", "empty"]))
+    blank = write("blank.jsonl", "\n\n  \n")
+    cases.append(("blank lines only", ["--prompt-data", str(blank)], [f"--prompt-data {blank}:", "blank lines"]))
+    array = write("array.jsonl", "[1, 2]\n")
+    cases.append(("a line that is not an object", ["--prompt-data", str(array)],
+                  [f"--prompt-data {array}:1:", "JSON list", "object"]))
+    cases.append(("an empty row slice", ["--prompt-data", f"{tiny.train_path}@[500:600]"],
+                  [f"--prompt-data {tiny.train_path}@[500:600]:", "row slice"]))
+    eval_bad = write("eval_bad.jsonl", "\n".join([*good[:5], "not json at all", *good[5:]]) + "\n")
+    cases.append(("malformed eval line", ["--eval-prompt-data", "arith", str(tiny.eval_path), "held", str(eval_bad),
+                                          "--eval-interval", "1"],
+                  [f"--eval-prompt-data held {eval_bad}:6:", "not valid JSON"]))
+    return cases
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Starting Ray fails the test: what must be found before Ray is found before it."""
+    import slime_ref.ray.placement as placement
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Ray was started before the bad input was found")
+
+    monkeypatch.setattr(placement, "init_ray", refuse)
+
+
+def _run_until_setup(args):
+    from slime_ref.run import Run
+
+    with Run(args):
+        pass
+
+
+def test_every_bad_prompt_file_is_found_before_ray_starts(tiny, tmp_path, no_ray):
+    from slime_ref.arguments import parse_args
+    from slime_ref.errors import UserError
+
+    for name, flags, expected in _bad_prompt_files(tiny, tmp_path):
+        args = parse_args(_train_flags(tiny, tmp_path / "run", *flags))
+        with pytest.raises(UserError) as caught:
+            _run_until_setup(args)
+        message = str(caught.value)
+        assert "\n" not in message, name
+        for part in expected:
+            assert part in message, (name, part, message)
+        assert "None" not in message, (name, message)
+
+
+def test_the_prompt_check_passes_good_files_and_counts_their_rows(tiny, tmp_path):
+    from slime_ref.data.check import check_prompt_file
+
+    keys = {"prompt": "--input-key", "label": "--label-key"}
+    assert check_prompt_file(str(tiny.train_path), "--prompt-data", keys) == 80
+    assert check_prompt_file(f"{tiny.train_path}@[10:15]", "--prompt-data", keys) == 5
+    # rows outside a slice are not the run's: a row lacking the label after the slice is not a fault
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(tiny.train_path.read_text() + '{"prompt": "x"}\n' + '\n{"prompt": "y", "label": NaN}\n')
+    assert check_prompt_file(f"{mixed}@[0:80]", "--prompt-data", keys) == 80
+    assert check_prompt_file(str(mixed), "--prompt-data", {"prompt": "--input-key"}) == 82  # json takes NaN
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"prompt": ["1+1="], "label": ["2"]}), tmp_path / "p.parquet")
+    assert check_prompt_file(str(tmp_path / "p.parquet"), "--prompt-data", keys) == 1
+    from slime_ref.errors import UserError
+
+    with pytest.raises(UserError, match=r"no column 'label' \(--label-key label\)"):
+        pq.write_table(pa.table({"prompt": ["1+1="]}), tmp_path / "q.parquet")
+        check_prompt_file(str(tmp_path / "q.parquet"), "--prompt-data", keys)
+    (tmp_path / "notparquet.parquet").write_bytes(b"\x00\x01binary")
+    with pytest.raises(UserError, match="not a readable parquet file"):
+        check_prompt_file(str(tmp_path / "notparquet.parquet"), "--prompt-data", keys)
+
+
+def test_the_prompt_check_streams_a_large_file_in_bounded_memory(tmp_path, monkeypatch):
+    import time
+    import tracemalloc
+
+    from slime_ref.data import check
+
+    monkeypatch.setattr(check, "BLOCK", 1 << 20)
+    row = '{"prompt": [{"role": "user", "content": "' + "x " * 200 + '"}], "label": "1"}\n'
+    path = tmp_path / "big.jsonl"
+    with open(path, "w") as f:
+        for _ in range(60_000):  # ~26 MB
+            f.write(row)
+    tracemalloc.start()
+    start = time.perf_counter()
+    rows = check.check_prompt_file(str(path), "--prompt-data", {"prompt": "--input-key", "label": "--label-key"})
+    seconds = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert rows == 60_000
+    assert peak < 8 * (1 << 20), f"peak {peak / 2**20:.1f} MiB for a {path.stat().st_size / 2**20:.0f} MiB file"
+    print(f"checked {path.stat().st_size / 1e6:.0f} MB in {seconds:.2f} s")
+
+
+def test_a_large_file_is_checked_in_parts_with_the_right_line_numbers(tmp_path, monkeypatch):
+    from slime_ref.data import check
+    from slime_ref.errors import UserError
+
+    monkeypatch.setattr(check, "PARALLEL_FROM", 1 << 20)
+    monkeypatch.setattr(check.os, "cpu_count", lambda: 4)
+    row = '{"prompt": "' + "y" * 100 + '", "label": "1"}\n'
+    lines = [row] * 30_000  # ~3.5 MB: four parts
+    lines[10] = "\n"
+    lines[25_000] = '{"prompt": "broken\n'
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(lines))
+    assert len(check._line_aligned_bounds(str(path), path.stat().st_size, 4)) == 5
+    with pytest.raises(UserError, match=rf"--prompt-data {path}:25001: not valid JSON"):
+        check.check_prompt_file(str(path), "--prompt-data", {"prompt": "--input-key"})
+    lines[25_000] = row
+    path.write_text("".join(lines))
+    assert check.check_prompt_file(str(path), "--prompt-data", {"prompt": "--input-key"}) == 29_999
+
+
+def test_unwritable_outputs_are_found_before_ray_starts(tiny, tmp_path, no_ray):
+    from slime_ref.arguments import parse_args
+    from slime_ref.errors import UserError
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    cases = [
+        (["--save", str(a_file / "ckpt")], [f"--save {a_file / 'ckpt'}: {a_file} is a file"]),
+        (["--save", str(a_file)], [f"--save {a_file}: {a_file} is a file"]),
+        (["--save", str(tmp_path / "ok"), "--save-hf", str(a_file / "hf")], [f"--save-hf {a_file / 'hf'}: ",
+                                                                               "is a file"]),
+        (["--save", str(tmp_path / "ok"), "--save-hf", str(tmp_path / "hf-{step}")], ["--save-hf", "{rollout_id}"]),
+        (["--save-debug-rollout-data", str(a_file / "r{rollout_id}.pt")], ["--save-debug-rollout-data", "a_file"]),
+    ]
+    for flags, expected in cases:
+        args = parse_args(_train_flags(tiny, tmp_path / "run", *flags))
+        with pytest.raises(UserError) as caught:
+            _run_until_setup(args)
+        for part in expected:
+            assert part in str(caught.value), (flags, part, str(caught.value))
+    args = parse_args(_train_flags(tiny, a_file / "run"))
+    with pytest.raises(UserError, match="--output-dir"):
+        _run_until_setup(args)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_a_read_only_save_directory_is_found_before_ray_starts(tiny, tmp_path, no_ray):
+    from slime_ref.arguments import parse_args
+    from slime_ref.errors import UserError
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        args = parse_args(_train_flags(tiny, tmp_path / "run", "--save", str(locked / "ckpt")))
+        with pytest.raises(UserError, match=r"--save .*cannot write there \(Permission denied"):
+            _run_until_setup(args)
+    finally:
+        locked.chmod(0o700)
+
+
+def test_the_write_probe_leaves_nothing_behind(tmp_path):
+    from slime_ref.preflight import check_writable
+
+    check_writable(tmp_path / "a" / "b" / "c", "--save")
+    assert list(tmp_path.iterdir()) == []
+    check_writable(tmp_path / "out", "--output-dir", keep=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("case", ["malformed line", "row without --input-key", "empty file"])
+def test_slime_ref_train_reports_a_bad_prompt_file_in_one_line_with_exit_2(tiny, tmp_path, case):
+    import time
+
+    name, flags, expected = next(c for c in _bad_prompt_files(tiny, tmp_path) if c[0] == case)
+    start = time.perf_counter()
+    result = subprocess.run(["slime-ref", "train", *_train_flags(tiny, tmp_path / "run", *flags)],
+                            capture_output=True, text=True, timeout=300)
+    seconds = time.perf_counter() - start
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("slime-ref: error: "), result.stderr[-3000:]
+    for part in expected:
+        assert part in lines[0]
+    assert "Traceback" not in result.stderr and "Token authentication" not in result.stderr
+    print(f"{case}: exit 2 after {seconds:.1f} s")
+
+
+# ---------------------------------------------------------------------------------------------
+# item 8: a run that starts its own Ray does not print Ray's token-authentication notice
+
+
+def test_rays_token_auth_notice_is_left_out_while_a_run_starts_its_own_ray():
+    import io
+    import logging
+
+    from ray._private.authentication import authentication_token_setup as ray_auth
+
+    from slime_ref.ray.placement import _TOKEN_AUTH_LOGGER, _quiet_token_auth_notice
+
+    assert ray_auth.logger.name == _TOKEN_AUTH_LOGGER
+    shown = io.StringIO()
+    handler = logging.StreamHandler(shown)  # where Ray's own handler would print it
+    ray_auth.logger.addHandler(handler)
+    try:
+        with _quiet_token_auth_notice():
+            ray_auth._warn_token_auth_enabled()  # what ray.init() logs when it starts a local cluster
+            ray_auth._warn_token_auth_disabled()  # any other message of Ray's still shows
+        assert "Token authentication is enabled" not in shown.getvalue()
+        assert "Token authentication is disabled" in shown.getvalue()
+        ray_auth._warn_token_auth_enabled()  # outside a run's own start-up, Ray's logger is left alone
+        assert "Token authentication is enabled for this Ray cluster" in shown.getvalue()
+    finally:
+        ray_auth.logger.removeHandler(handler)
+
+
+def test_the_data_sources_own_empty_messages_name_no_none(tiny, tmp_path):
+    from slime_ref.arguments import parse_args
+    from slime_ref.data.source import RolloutDataSource
+    from slime_ref.errors import UserError
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    args = parse_args(_train_flags(tiny, tmp_path / "run", "--prompt-data", str(empty)))
+    with pytest.raises(UserError) as caught:
+        RolloutDataSource(args)
+    assert "no prompts in it" in str(caught.value) and "None" not in str(caught.value)
+    args = parse_args(_train_flags(tiny, tmp_path / "run", "--rollout-max-prompt-len", "2"))
+    with pytest.raises(UserError, match="all 80 are longer than --rollout-max-prompt-len 2 tokens"):
+        RolloutDataSource(args)

@@ -108,7 +108,9 @@ def quiet_library_logs(output_dir: str) -> None:
 def run_with_console(train, args, title: str) -> dict:
     """Run ``train(args, progress=...)`` with the live display; print the summary and draw the curves."""
     from slime_ref.plot import plot_run
+    from slime_ref.preflight import preflight
 
+    preflight(args)  # a bad path or prompt file is one line, before the display and before Ray
     console = Console(stderr=True)
     quiet_library_logs(args.output_dir)
     with RunDisplay(console, args.num_rollout, title) as display:

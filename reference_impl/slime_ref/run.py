@@ -102,14 +102,17 @@ class Run:
 
     def _setup(self) -> None:
         from slime_ref.data.source import resolve_num_rollout
+        from slime_ref.preflight import preflight
         from slime_ref.ray.placement import create_placement, init_ray, placement_layout
         from slime_ref.ray.rollout_manager import RolloutManager
         from slime_ref.ray.train_actor import TrainGroup
 
         args = self.args
+        preflight(args)  # paths it will write, prompt files it will read: found now, not after Ray starts
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "args.json").write_text(json.dumps({k: v for k, v in vars(args).items() if _jsonable(v)},
+        (out / "args.json").write_text(json.dumps({k: v for k, v in vars(args).items()
+                                                   if _jsonable(v) and not k.startswith("_")},
                                                   indent=2, sort_keys=True, default=str))
         start = time.perf_counter()
         self._event("setup", detail="starting Ray")

@@ -131,6 +131,7 @@ class PromptDataset:
             samples.append(
                 Sample(prompt=prompt, label=row[label_key] if label_key is not None else None, metadata=metadata)
             )
+        self.num_rows = len(samples)  # rows read, before prompts longer than max_prompt_len are dropped
         if max_prompt_len is not None:
             samples = _drop_long_prompts(samples, tokenizer, max_prompt_len)
 

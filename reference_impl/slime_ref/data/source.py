@@ -70,9 +70,12 @@ class RolloutDataSource:
                 seed=args.rollout_seed,
             )
             if len(self.dataset) == 0:
+                if self.dataset.num_rows == 0:
+                    raise UserError(f"--prompt-data {args.prompt_data}: no prompts in it (an empty file, or an "
+                                    "empty row slice); give one JSON object per line")
                 raise UserError(
-                    f"--prompt-data {args.prompt_data}: no prompts left (empty file, or all longer than "
-                    f"--rollout-max-prompt-len {args.rollout_max_prompt_len})"
+                    f"--prompt-data {args.prompt_data}: no prompts left, all {self.dataset.num_rows} are longer than "
+                    f"--rollout-max-prompt-len {args.rollout_max_prompt_len} tokens; raise it"
                 )
             if args.rollout_shuffle:
                 self.dataset.shuffle(self.epoch_id)
