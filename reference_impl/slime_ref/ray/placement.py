@@ -16,6 +16,7 @@ on the others) slime-ref joins that cluster; that is how a run goes multi-node.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -47,18 +48,45 @@ def init_ray(min_cpus: int, object_store_mb: int = 1024, temp_dir: str | None = 
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
         return False
     # Logical CPU slots may exceed physical cores: each slot is a placement, not a core.
-    ray.init(
-        # "local": always a new private cluster, never one a stale /tmp/ray/ray_current_cluster names
-        address="local",
-        num_cpus=max(min_cpus, os.cpu_count() or 1),
-        include_dashboard=False,
-        object_store_memory=object_store_mb * 1024 * 1024,
-        # worker output stays in Ray's session logs (/tmp/ray/session_latest/logs), not the terminal
-        log_to_driver=False,
-        configure_logging=False,
-        **_temp_dir(temp_dir),
-    )
+    with _quiet_token_auth_notice():
+        ray.init(
+            # "local": always a new private cluster, never one a stale /tmp/ray/ray_current_cluster names
+            address="local",
+            num_cpus=max(min_cpus, os.cpu_count() or 1),
+            include_dashboard=False,
+            object_store_memory=object_store_mb * 1024 * 1024,
+            # worker output stays in Ray's session logs (/tmp/ray/session_latest/logs), not the terminal
+            log_to_driver=False,
+            configure_logging=False,
+            **_temp_dir(temp_dir),
+        )
     return True
+
+
+# Ray's logger for its token-authentication set-up, and the notice it logs whenever it starts a local
+# cluster with token authentication on (its default when RAY_AUTH_MODE is unset).
+_TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+_TOKEN_AUTH_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+class _DropTokenAuthNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_TOKEN_AUTH_NOTICE)
+
+
+@contextlib.contextmanager
+def _quiet_token_auth_notice():
+    """Ray's "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to
+    opt out..." is left out while a run starts a cluster of its own: the cluster is private to the
+    run, bound to 127.0.0.1, and stopped with it, so the notice tells its user nothing. Ray still
+    turns token authentication on exactly as it would; every other message of Ray's passes."""
+    log = logging.getLogger(_TOKEN_AUTH_LOGGER)
+    drop = _DropTokenAuthNotice()
+    log.addFilter(drop)
+    try:
+        yield
+    finally:
+        log.removeFilter(drop)
 
 
 def _temp_dir(path: str | None) -> dict:
