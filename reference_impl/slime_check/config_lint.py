@@ -131,6 +131,11 @@ def parse_argv(argv: list[Word], reg: Registry) -> ParsedArgv:
     return parsed
 
 
+def judged_target(reg: Registry, target: str | None) -> str:
+    """The known slime whose behaviour a job is judged by: ``target``, else the registry's slime."""
+    return target or (reg.label if reg.label in KNOWN_SLIMES else "v0.3.1")
+
+
 class Config:
     """Flag values after parsing: the last occurrence wins, as in argparse."""
 
@@ -139,7 +144,7 @@ class Config:
         self.reg = reg
         self.entry = entry
         # the known slime whose behaviour the job is judged by (the registry's, unless told)
-        self.target = target or (reg.label if reg.label in KNOWN_SLIMES else "v0.3.1")
+        self.target = judged_target(reg, target)
         self.by_dest: dict[str, list[Given]] = {}
         for g in parsed.given:
             if g.flag is not None:
@@ -1113,8 +1118,21 @@ def script_findings(reading) -> list[Finding]:
     return out
 
 
+def hook_values(argv: list[Word], reg: Registry) -> list[tuple[str, str]]:
+    """[(flag, module.attribute)] of the hook flags given with a known dotted value."""
+    out = []
+    for g in parse_argv(argv, reg).given:
+        if g.flag is not None and g.flag.name in set(reg.hook_flags()):
+            out += [(g.name, w.text) for w in g.values if w.known and DOTTED.fullmatch(w.text)
+                    and not w.text.endswith(".py")]
+    return out
+
+
 def lint_script(path: str | Path, slime_dir: str | Path | None = None, env: dict[str, str] | None = None,
-                reg: Registry | None = None, target: str | None = None) -> list[Report]:
+                reg: Registry | None = None, target: str | None = None, hooks: bool = True) -> list[Report]:
+    """``config``'s reports on a launch script, one per train command. ``hooks``: also look at the hook
+    modules the command names (layout, and an import where the module is on this machine;
+    :mod:`slime_check.hook_check`); smoke leaves that to its own preflight."""
     from slime_check.launch_script import read_script
 
     reading = read_script(path, slime_dir, env)
@@ -1126,5 +1144,13 @@ def lint_script(path: str | Path, slime_dir: str | Path | None = None, env: dict
     reports = []
     for inv in reading.invocations:
         title = f"{path} ({inv.entry} at {inv.origin}{', in a branch' if inv.conditional else ''})"
-        reports.append(Report(title, common + lint_argv(inv.argv, inv.entry, reg, target)))
+        findings = common + lint_argv(inv.argv, inv.entry, reg, target)
+        judged = reg or load_registry(target or "v0.3.1")
+        if hooks and (given := hook_values(inv.argv, judged)):
+            from slime_check.hook_check import check_hook_modules, search_roots
+
+            job_env = {**inv.env, **(env or {})}
+            roots = search_roots(Path(path), Path(slime_dir) if slime_dir else None, job_env)
+            findings += check_hook_modules(given, roots, judged_target(judged, target), job_env)
+        reports.append(Report(title, findings))
     return reports

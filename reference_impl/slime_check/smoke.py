@@ -183,7 +183,7 @@ def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
         raise UserError(f"{path}: no such script (give a launch script, or `--` and train.py arguments)")
     try:
         reading = read_script(path, slime_dir, env)
-        reports = lint_script(path, slime_dir, env, reg=reg, target=target)
+        reports = lint_script(path, slime_dir, env, reg=reg, target=target, hooks=False)  # preflight imports them
     except ScriptError as e:
         raise UserError(f"{e} (the script could not be parsed)") from e
     if not reading.invocations:
