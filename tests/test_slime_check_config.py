@@ -200,6 +200,8 @@ def test_cli_config_exit_codes(tmp_path):
     broken.write_text('python train.py --x "unterminated\n')
     r = run("config", broken)
     assert r.returncode == 2 and "unterminated" in r.stderr and "Traceback" not in r.stderr
+    r = run("config", tmp_path)  # a folder: said so, with a script in it to give
+    assert r.returncode == 2 and f"{tmp_path} is a directory; give the launch script in it (e.g. {broken})" in r.stderr
 
 
 def test_cli_config_argv_mode():

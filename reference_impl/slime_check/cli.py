@@ -173,6 +173,10 @@ def config(slime_dir, slime_version, env, as_json, script_or_args) -> None:
         reports.append(Report("command-line arguments", lint_argv(argv, reg=reg, target=identity.target)))
     else:
         for item in args:
+            if Path(item).is_dir():
+                scripts = sorted(p.name for p in Path(item).glob("*.sh"))[:3]
+                raise UserError(f"{item} is a directory; give the launch script in it"
+                                + (f" (e.g. {Path(item) / scripts[0]})" if scripts else ""))
             if not Path(item).is_file():
                 raise UserError(f"{item}: no such script (give launch scripts, or `--` and train.py arguments)")
             try:
