@@ -351,3 +351,15 @@ def test_h200x2_capture_written_by_slime_check_capture():
     assert findings["packages.sglang"].status is Status.PASS and "0.5.15.post1" in findings["packages.sglang"].finding
     assert findings["container.memlock"].status is Status.PASS
     assert findings["packages.ray"].status is Status.FAIL  # that machine had no Ray
+
+
+@pytest.mark.parametrize("content, said", [(b"", "is empty"), (b"\x7fELF\x02\x01\x00\x00", "is a binary file"),
+                                           (b"hello\nworld\n", "is not a capture (no sections)")])
+def test_a_fixture_that_is_not_a_capture_is_a_usage_error(tmp_path, content, said):
+    from slime_common.errors import UserError
+
+    path = tmp_path / "not-a-capture"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match=f"--fixture {path} {said}: a capture is UTF-8 text of sections") as e:
+        CaptureProbe(path)
+    assert "slime-check capture --out FILE" in str(e.value)

@@ -148,9 +148,22 @@ def parse_capture(text: str) -> dict[str, Output]:
 
 class CaptureProbe:
     def __init__(self, path: str | Path):
+        from slime_common.errors import UserError
+
         self.path = Path(path)
         self.origin = f"capture {self.path}"
-        self.sections = parse_capture(self.path.read_text(encoding="utf-8", errors="replace"))
+        what = ("a capture is UTF-8 text of sections, each a line '=== <command or file>', its output, then "
+                "'=== rc=<exit code>'; make one on the machine with `slime-check capture --out FILE`")
+        try:
+            data = self.path.read_bytes()
+        except OSError as e:
+            raise UserError(f"--fixture {path}: {e.strerror or e}") from e
+        if b"\0" in data:
+            raise UserError(f"--fixture {path} is a binary file, not a capture: {what}")
+        self.sections = parse_capture(data.decode("utf-8", errors="replace"))
+        if not self.sections:
+            raise UserError(f"--fixture {path} is {'empty' if not data.strip() else 'not a capture (no sections)'}: "
+                            f"{what}")
 
     def run(self, name: str) -> Output:
         return self.sections.get(name, Output(NOT_CAPTURED, ""))
