@@ -62,7 +62,9 @@ def test_frontmatter_and_body_sizes():
     text = (REPO / "SKILL.md").read_text(encoding="utf-8")
     _, body = frontmatter_and_body()
     assert text.index("\n---", 3) < 4000  # Hermes reads only the first 4000 characters for listing
-    assert len(body) < 15_000, f"SKILL.md body is {len(body)} characters; move depth into skill/references/"
+    # agentskills.io's guideline: a SKILL.md body of about 5,000 tokens or less, read whole on every
+    # activation; at 4 characters a token that is 20,000 characters. Depth goes to skill/references/.
+    assert len(body) < 20_000, f"SKILL.md body is {len(body)} characters; move depth into skill/references/"
 
 
 def test_body_has_every_section_a_slime_skill_needs():

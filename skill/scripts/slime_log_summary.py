@@ -3,7 +3,7 @@
 
 slime (v0.3.1) prints its metrics as Python dicts, one line per phase and id:
 
-    rollout 3: {'rollout/raw_reward': 0.41, 'rollout/log_probs': -0.52, ...}
+    rollout 3: {'rollout/raw_reward': 0.41, 'rollout/ref_log_probs': -0.52, ...}
     perf 3: {'rollout/response_len/mean': 812.0, 'rollout/truncated_ratio': 0.02, ...}
     step 3: {'train/pg_loss': 0.01, 'train/ppo_kl': 0.0, 'train/grad_norm': 0.31, ...}
     eval 3: {'eval/aime': 0.27, ...}
@@ -44,6 +44,8 @@ LOGPROB_DIFF_LIMIT = 0.1
 TRUNCATED_LIMIT = 0.5
 # before a rollout's first optimizer step the policy equals the old policy, so its ppo_kl is 0
 FIRST_STEP_PPO_KL = "train/ppo_kl@first_step"
+# at the run's first step the actor is the reference, so train/kl_loss is 0 (slime's CI: below 1e-8)
+STEP0_KL_LOSS = "train/kl_loss@step0"
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -76,6 +78,8 @@ def read_log(lines) -> dict[int, dict[str, float]]:
             rollout = by_rollout.setdefault(last_rollout, {})
             if "train/ppo_kl" in metrics and FIRST_STEP_PPO_KL not in rollout:
                 rollout[FIRST_STEP_PPO_KL] = metrics["train/ppo_kl"]
+            if index == 0 and "train/kl_loss" in metrics:
+                rollout[STEP0_KL_LOSS] = metrics["train/kl_loss"]
             metrics["train/step"] = float(index)
             rollout.update(metrics)
         else:
@@ -98,6 +102,12 @@ def warnings_for(by_rollout: dict[int, dict[str, float]]) -> list[str]:
                 f"rollout 0: log_probs and ref_log_probs differ by {gap:.3g}; on a fresh run they must be "
                 "equal (weights not loaded as expected, or nondeterministic kernels: see debug.md)"
             )
+    kl_loss = first.get(STEP0_KL_LOSS)
+    if kl_loss is not None and abs(kl_loss) > 1e-6:
+        found.append(
+            f"step 0: train/kl_loss = {kl_loss:.3g}; on a fresh run the actor starts as the reference and it "
+            "must be 0 (--load, --ref-load and --hf-checkpoint not the same model?)"
+        )
     for rollout_id, metrics in sorted(by_rollout.items()):
         ppo_kl = metrics.get(FIRST_STEP_PPO_KL)
         if rollout_id == first_id and ppo_kl is not None and abs(ppo_kl) > 1e-6:
