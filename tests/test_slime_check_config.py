@@ -163,6 +163,19 @@ def test_async_cannot_colocate_and_disaggregated_needs_rollout_gpus():
     assert any("--rollout-num-gpus" in f.finding for f in failures(lint_argv(words(*no_colocate))))
 
 
+@pytest.mark.parametrize("rollout, said", [("4", "the engines take the first 4 of the 8 actor GPUs"),
+                                            ("16", "the actor trains on the first 8 of 16 GPUs")])
+def test_colocate_with_unequal_rollout_and_actor_gpus_warns(rollout, said):
+    at = BASE.index("--actor-num-gpus-per-node")
+    argv = BASE[:at] + BASE[at + 2:]
+    gpus = [f for f in lint_argv(words(*argv, "--actor-num-gpus-per-node", "8", "--rollout-num-gpus", rollout))
+            if f.id == "config.gpus"]
+    assert [f.status for f in gpus] == [Status.WARN, Status.PASS] and said in gpus[0].finding
+    assert "Drop --rollout-num-gpus under --colocate" in gpus[0].fix
+    same = lint_argv(words(*argv, "--actor-num-gpus-per-node", "8", "--rollout-num-gpus", "8"))
+    assert [f.status for f in same if f.id == "config.gpus"] == [Status.PASS]
+
+
 def test_abbreviation_and_stray_words_warn():
     findings = lint_argv(words(*BASE, "--sglang-mem-fraction", "0.7", "--apply-chat-template", "true"))
     warns = {f.id: f.finding for f in findings if f.status is Status.WARN}

@@ -422,6 +422,8 @@ def check_gpus(cfg: Config) -> list[Finding]:
     elif colocate:
         total = max(actor, rollout)
         text = f"Colocated: actor {nodes}x{per_node} GPUs, rollout {rollout} GPUs on the same devices: {total} GPUs."
+        if rollout and rollout != actor:
+            findings.append(uneven_colocation(actor, rollout, cfg.where("--rollout-num-gpus")))
     elif external:
         text = f"Actor {nodes}x{per_node} = {actor} GPUs; rollout on external engines."
     else:
@@ -434,6 +436,23 @@ def check_gpus(cfg: Config) -> list[Finding]:
     )
     findings.append(Finding("config.gpus", Status.PASS, text + engines))
     return findings
+
+
+def uneven_colocation(actor: int, rollout: int, where: str) -> Finding:
+    """slime colocates in one placement group of max(actor, rollout) GPUs, the actor's ranks and the
+    engines both counted from its first bundle (slime/ray/placement_group.py
+    ``_get_placement_group_layout``), so unequal counts leave GPUs that only one side uses."""
+    if rollout < actor:
+        what = (f"the engines take the first {rollout} of the {actor} actor GPUs: during rollout the other "
+                f"{actor - rollout} sit idle, and generation runs on {rollout} GPUs while training uses {actor}")
+    else:
+        what = (f"the actor trains on the first {actor} of {rollout} GPUs: the other {rollout - actor} hold only "
+                "engines and sit idle while training")
+    return Finding("config.gpus", Status.WARN,
+                   f"--colocate with --rollout-num-gpus {rollout}{where} and {actor} actor GPUs: slime accepts it, "
+                   f"but {what}.",
+                   "Drop --rollout-num-gpus under --colocate (slime then sets it to the actor's GPU count), or give "
+                   "rollout GPUs of its own without --colocate.", COLOCATE_DOC)
 
 
 def check_parallelism(cfg: Config) -> list[Finding]:
