@@ -212,3 +212,65 @@ def test_w1_log_summary_checks_kl_loss_at_step_0(tmp_path):
 def test_frontmatter_yaml_loads():  # placeholder replaced below by the frontmatter tests
     text = (REPO / "SKILL.md").read_text(encoding="utf-8")
     assert yaml.safe_load(text.split("---")[1])["name"]
+
+
+# ----------------------------------------------------------------------------- W2, W3, top-p: hook contracts
+
+
+def test_w2_a_generate_hook_returning_a_list_cannot_run_with_group_rm():
+    rollout = slime("slime/rollout/sglang_rollout.py")
+    # with --group-rm generate_and_rm returns what generate gave, un-rewarded, before its list handling
+    assert rollout.index("if args.group_rm: return sample") < rollout.index("if isinstance(sample, list):")
+    # the group is then gathered as it came (a list of lists) and .reward is set on each member
+    group = rollout.split("async def generate_and_rm_group(")[1]
+    assert "group = await asyncio.gather(*tasks)" in group
+    assert ("rewards = await batched_async_rm(args, group) for sample, reward in zip(group, rewards, "
+            "strict=False): sample.reward = reward") in group
+    assert "return await rm_function(args, samples, **kwargs)" in slime("slime/rollout/rm_hub/__init__.py")
+
+    hooks = page("skill/references/custom-hooks.md")
+    assert "**Not with `--group-rm`**: slime then hands the reward the group as a list of lists" in hooks
+    assert "`AttributeError: 'list' object has no attribute 'reward'`" in hooks
+    assert ("without `--group-rm`, whenever the generate hook returns `list[Sample]`. Both at once fails" in hooks)
+    assert "with or without `--group-rm`" not in hooks
+    assert "or whenever generate returns a list (not both)" in page("SKILL.md")
+
+
+def test_w3_custom_train_data_must_carry_rollout_ids():
+    convert = slime("slime/ray/rollout.py")
+    # the hook's dict replaces slime's whole conversion, reward normalisation included
+    assert ("if self.custom_convert_samples_to_train_data_func is not None: "
+            "return self.custom_convert_samples_to_train_data_func(self.args, samples) "
+            "raw_rewards, rewards = self._post_process_rewards(samples)") in convert
+    # and the split into train steps reads rollout_ids unconditionally (a KeyError without it)
+    assert 'rollout_indices=data["rollout_ids"],' in convert
+    assert where("v0.3.1", "slime/ray/rollout.py", 'rollout_indices=data["rollout_ids"]') == "slime/ray/rollout.py:852"
+    assert '"rollout_ids": rollout_ids,' in convert  # slime's own conversion fills it
+
+    row = next(line for line in (REPO / "skill/references/custom-hooks.md").read_text().splitlines()
+               if line.startswith("| `--custom-convert-samples-to-train-data-path`"))
+    for key in ("tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices",
+                "rollout_ids", "loss_masks"):
+        assert f"`{key}`" in row, key
+    assert "group normalisation included" in row
+
+
+def test_top_p_below_one_needs_top_p_token_data_from_a_custom_generate():
+    convert = slime("slime/ray/rollout.py")
+    assert ('if getattr(self.args, "rollout_top_p", 1.0) != 1.0: for sample in samples: '
+            "assert sample.rollout_top_p_token_ids is not None assert sample.rollout_top_p_token_offsets is not None "
+            "assert len(sample.rollout_top_p_token_offsets) == sample.response_length + 1") in convert
+    assert "assert offset_end == len(sample.rollout_top_p_token_ids)" in convert
+    rollout = slime("slime/rollout/sglang_rollout.py")
+    assert ('if args.rollout_top_p != 1.0: self.sampling_params["custom_params"] = '
+            '{"return_top_p_token_ids": True}') in rollout
+    types = slime("slime/utils/types.py")
+    assert "self._apply_meta_info( args, meta_info or {}, new_token_count=len(tokens), pad_missing_top_p=" in types
+    assert "self.rollout_top_p_token_ids, self.rollout_top_p_token_offsets = top_p_data" in types
+    assert "_pad_rollout_top_p_offsets(" in types
+
+    hooks = page("skill/references/custom-hooks.md")
+    assert ("With `--rollout-top-p` below 1, slime's train data needs `sample.rollout_top_p_token_ids` and "
+            "`sample.rollout_top_p_token_offsets` on every sample (offsets: `response_length + 1` entries") in hooks
+    assert "pass each reply's `meta_info` to `sample.append_response_tokens(...)`" in hooks
+    assert "with `--rollout-top-p` < 1 also `rollout_top_p_token_ids`/`_offsets`" in page("SKILL.md")

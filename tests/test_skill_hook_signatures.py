@@ -368,7 +368,7 @@ def test_reward_gets_a_list_when_generate_returns_a_list_without_group_rm(tiny, 
     assert [s.reward for s in done] == [1.0, 1.0]
     ((_, received),) = hooks.SEEN
     assert shape(received) == "list[Sample]" == annotation("--custom-rm-path", 1, form=1)
-    assert re.search(r"whenever the generate hook\s+returns `list\[Sample\]`, with or without `--group-rm`",
+    assert re.search(r"without `--group-rm`, whenever\s+the generate hook returns `list\[Sample\]`",
                      HOOKS_MD.read_text(encoding="utf-8"))
 
 
