@@ -274,3 +274,70 @@ def test_top_p_below_one_needs_top_p_token_data_from_a_custom_generate():
             "`sample.rollout_top_p_token_offsets` on every sample (offsets: `response_length + 1` entries") in hooks
     assert "pass each reply's `meta_info` to `sample.append_response_tokens(...)`" in hooks
     assert "with `--rollout-top-p` < 1 also `rollout_top_p_token_ids`/`_offsets`" in page("SKILL.md")
+
+
+# ----------------------------------------------------------------------------- W4, W5, W6: algorithm and model checks
+
+
+def test_w4_kl_coef_does_not_enter_the_grpo_gspo_cispo_advantage():
+    returns = slime("slime/utils/ppo_utils.py")
+    assert "returns.append(torch.ones_like(kl[i]) * rewards[i])" in returns  # kl only gives the shape
+    loss = slime("slime/backends/megatron_utils/loss.py")
+    assert ('elif args.advantage_estimator in ["grpo", "gspo", "cispo"]: rewards = torch.tensor(rewards, '
+            "dtype=torch.float32, device=kl[0].device) returns = get_grpo_returns(rewards, kl)") in loss
+    assert 'elif args.advantage_estimator == "ppo": old_rewards = rewards rewards = [] kl_coef = -args.kl_coef' in loss
+    assert "kl_coef=args.kl_coef," in loss.split('elif args.advantage_estimator == "reinforce_plus_plus":')[1]
+
+    row = next(line for line in (REPO / "skill/references/grpo-flags.md").read_text().splitlines()
+               if line.startswith("| `--kl-coef` |"))
+    assert ("for `ppo`, `reinforce_plus_plus` and `reinforce_plus_plus_baseline` only: the `grpo`, `gspo` and "
+            "`cispo` advantage ignores it") in row
+    assert "KL as a reward penalty instead" not in row
+    # algorithms.md says the same
+    assert "`grpo`, `gspo`, `cispo` | r̂<sub>i</sub> for every token (β does not enter" in page(
+        "skill/references/algorithms.md")
+
+
+def _hf_compared() -> tuple[str, set[str]]:
+    validate = slime("slime/backends/megatron_utils/arguments.py")
+    pairs = set(re.findall(r'\("(\w+)", "(\w+)", (?:equal|lambda)', validate))
+    return validate, {megatron for _, megatron in pairs}
+
+
+def test_w5_slime_refuses_to_start_on_a_tied_embeddings_mismatch():
+    validate, compared = _hf_compared()
+    assert ('("tie_word_embeddings", "untie_embeddings_and_output_weights", lambda x, y: not x == y)') in validate
+    assert 'raise AssertionError("hf_validate_args failed: " + "; ".join(errors))' in validate
+    # and it runs whenever --hf-checkpoint is given (every slime run has one)
+    assert ("if args.hf_checkpoint and not skip_hf_validate: hf_config = AutoConfig.from_pretrained("
+            "args.hf_checkpoint, trust_remote_code=True) _hf_validate_args(args, hf_config)") in validate
+    assert "untie_embeddings_and_output_weights" in compared
+
+    section = page("skill/references/troubleshooting.md").split("## `--check-weight-update-equal` fails")[1]
+    section = section.split("\n## ")[0].split("## ")[0]
+    assert ("**Not tied embeddings**: slime refuses to start when `--untie-embeddings-and-output-weights` "
+            "disagrees with `tie_word_embeddings`") in section
+    assert "`lm_head` is missing or wrong" not in section
+    row = next(line for line in (REPO / "SKILL.md").read_text().splitlines()
+               if line.startswith("| `--check-weight-update-equal` fails"))
+    assert "tied" not in row
+
+
+def test_w6_rotary_base_is_compared_at_start_up_qk_norm_kv_channels_and_groups_are_not():
+    validate, compared = _hf_compared()
+    assert ("if not equal(_hf_rope_theta, getattr(args, \"rotary_base\", None)): errors.append( "
+            "f\"rope_theta in hf config") in validate
+    for flag in ("qk_layernorm", "kv_channels", "num_query_groups", "padded_vocab_size", "vocab_size"):
+        assert flag not in validate, flag
+    assert {"hidden_size", "num_attention_heads", "num_layers", "ffn_hidden_size", "norm_epsilon"} <= compared
+
+    trouble = page("skill/references/troubleshooting.md")
+    garbled = trouble.split("## Garbled text, or a reward of 0 from the first step")[1].split(" ## ")[0]
+    assert ("`MODEL_ARGS` differ from the HF `config.json` where slime does not compare them at start-up "
+            "(`--qk-layernorm`, `--kv-channels`, `--num-query-groups`; a wrong rotary base") in garbled
+    assert "(for example `--rotary-base`)" not in garbled and "MODEL_ARGS+=(--rotary-base" not in garbled
+    skill = page("SKILL.md")
+    assert "but not `--num-query-groups`, `--kv-channels` or `--qk-layernorm`: check those" in skill
+    assert "`--rotary-base` differs between versions of a model" not in skill
+    assert ("It does **not** compare KV groups (`--num-query-groups`), head size (`--kv-channels`), QK-norm "
+            "(`--qk-layernorm`) or the vocabulary size") in page("skill/references/grpo-flags.md")
