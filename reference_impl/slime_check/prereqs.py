@@ -710,7 +710,11 @@ def packages_known_bad(m: Machine) -> Finding:
     has_megatron = bool(get["megatron-core"]) or (megatron.ok and "megatron.core=present" in megatron.text)
     problems = []
     if ver["numpy"] and ver["numpy"][0] >= 2 and has_megatron:
-        problems.append(f"numpy {get['numpy'][1]} with Megatron, which needs NumPy 1.x (pin numpy=={PIN_NUMPY})")
+        # slime's own start-up check, not Megatron's: Megatron-LM 1dcf0da's pyproject asks only for "numpy"
+        problems.append(f"numpy {get['numpy'][1]}: slime stops at start-up on NumPy 2 (its Megatron set-up, "
+                        "slime/backends/megatron_utils/initialize.py, asserts \"Megatron does not support numpy "
+                        "2.x\"), though megatron-core itself installs and runs with it (slime-ref trains on it); "
+                        f"pin numpy=={PIN_NUMPY}")
     if ver["scipy"] and ver["numpy"] and ver["scipy"] >= (1, 18) and ver["numpy"][0] < 2:
         problems.append(f"scipy {get['scipy'][1]} with numpy {get['numpy'][1]}: SciPy 1.18+ needs NumPy 2 (pin "
                         f"scipy=={PIN_SCIPY})")
