@@ -328,3 +328,176 @@ def test_the_data_sources_own_empty_messages_name_no_none(tiny, tmp_path):
     args = parse_args(_train_flags(tiny, tmp_path / "run", "--rollout-max-prompt-len", "2"))
     with pytest.raises(UserError, match="all 80 are longer than --rollout-max-prompt-len 2 tokens"):
         RolloutDataSource(args)
+
+
+# ---------------------------------------------------------------------------------------------
+# items 5 and 6: what the run's live display says
+
+
+def _display_lines(events):
+    import io
+
+    from rich.console import Console
+
+    from slime_ref.console import RunDisplay
+
+    buf = io.StringIO()
+    display = RunDisplay(Console(file=buf, width=200, force_terminal=False), 3, "run")
+    for phase, info in events:
+        display(phase, **info)
+    return buf.getvalue(), display
+
+
+def test_the_first_eval_is_labelled_before_training_and_later_ones_after_their_rollout():
+    evaluated = {"eval/arith": 0.212, "eval/arith-pass@8": 0.75}
+    out, _ = _display_lines([
+        ("update_weights", {"rollout_id": -1}),
+        ("eval", {"rollout_id": 0}), ("logged", {"rollout_id": 0, "kind": "eval", "metrics": evaluated}),
+        ("rollout", {"rollout_id": 0}), ("train", {"rollout_id": 0}),
+        ("logged", {"rollout_id": 0, "kind": "rollout", "metrics": {"rollout/raw_reward": 0.3}}),
+        ("eval", {"rollout_id": 0}), ("logged", {"rollout_id": 0, "kind": "eval", "metrics": evaluated}),
+    ])
+    lines = out.splitlines()
+    assert lines[0].startswith("  eval before training: arith 0.212")
+    assert lines[1].startswith("  eval after rollout 0: arith 0.212")
+
+
+def test_a_supervised_run_shows_its_loss_not_a_reward():
+    _, display = _display_lines([("rollout", {"rollout_id": 0}), ("train", {"rollout_id": 0}), (
+        "logged", {"rollout_id": 0, "kind": "rollout",
+                   "metrics": {"rollout/raw_reward": 0.0, "rollout/response_length": 4.3, "train/loss": 0.518}})])
+    status = display.progress.tasks[0].fields["status"]
+    assert "loss 0.518" in status and "reward" not in status and "generating" not in status
+    _, display = _display_lines([("logged", {"rollout_id": 0, "kind": "rollout", "metrics": {
+        "rollout/raw_reward": 0.5, "train/pg_loss": 0.01, "train/loss": 0.01}})])
+    assert "reward 0.500" in display.progress.tasks[0].fields["status"]
+
+
+# ---------------------------------------------------------------------------------------------
+# item 4: reward.png plots what moves, marks the warm-up and the before and after points, and keeps
+# legends off the lines
+
+
+def _grpo_records():
+    records = [{"rollout_id": 0, "eval/arith": 0.2, "eval/arith-pass@8": 0.7, "eval/arith-truncated_ratio": 0.0}]
+    for i in range(6):
+        records.append({"rollout_id": i, "rollout/raw_reward": 0.2 + 0.1 * i, "train/ppo_kl": 0.0,
+                        "train/kl_loss": 0.01 * i, "rollout/response_length": 4.0, "perf/rollout_time": 0.1})
+        if i in (2, 5):
+            records.append({"rollout_id": i, "eval/arith": 0.2 + 0.1 * i})
+    return records
+
+
+def test_the_plot_marks_the_warm_up_before_and_after_and_says_why_ppo_kl_is_zero():
+    from slime_ref.plot import build_figure
+
+    warmup = [{"rollout_id": i, "train/loss": 5.0 / (i + 1)} for i in range(10)]
+    fig = build_figure(_grpo_records(), warmup, "quick start")
+    axes = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+    assert "Supervised warm-up (before GRPO)" in axes
+    reward = next(ax for title, ax in axes.items() if title.startswith("Reward"))
+    notes = [t.get_text() for t in reward.texts]
+    assert "before training: 0.200" in notes and "after rollout 5: 0.700" in notes
+    labels = [line.get_label() for line in reward.lines]
+    assert "eval/arith (held-out)" in labels and not any("pass@" in label or "truncated" in label for label in labels)
+    kl = axes["KL"]
+    assert [line.get_label() for line in kl.lines] == ["train/kl_loss"]
+    assert any("train/ppo_kl is 0 at every rollout" in t.get_text() and "one optimizer step" in t.get_text()
+               for t in kl.texts)
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is not None:  # anchored below the axes, outside the plotting area
+            assert legend._bbox_to_anchor.bounds[1] < ax.bbox.bounds[1], ax.get_title()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# item 9: the rollout's sampling seeds (slime's --sglang-enable-deterministic-inference)
+
+
+def test_deterministic_inference_sends_slimes_sampling_seeds(tiny, tmp_path, monkeypatch):
+    import asyncio
+
+    from slime_ref.arguments import parse_args
+    from slime_ref.rollout import sglang_rollout
+    from slime_ref.types import Sample
+
+    args = parse_args(_train_flags(tiny, tmp_path, "--n-samples-per-prompt", "4", "--global-batch-size", "8",
+                                   "--rollout-seed", "7", "--sglang-enable-deterministic-inference"))
+    assert sglang_rollout.group_sampling_seeds(args) == [7, 8, 9, 10]
+    sent = []
+
+    async def fake(args, sample, params, evaluation=False):
+        sent.append(params.get("sampling_seed"))
+        sample.status = Sample.Status.COMPLETED
+        sample.reward = 1.0
+        return sample
+
+    monkeypatch.setattr(sglang_rollout, "generate_and_rm", fake)
+
+    class State:
+        aborted = False
+        capacity = 64
+
+    monkeypatch.setattr(sglang_rollout, "generation_state", lambda args: State())
+    group = [Sample(prompt="1+1=", index=i, group_index=0) for i in range(4)]
+    asyncio.run(sglang_rollout.generate_and_rm_group(args, group, sglang_rollout.sampling_params(args)))
+    assert sent == [7, 8, 9, 10]
+    plain = parse_args(_train_flags(tiny, tmp_path))
+    assert sglang_rollout.group_sampling_seeds(plain) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# items 2, 3 and 7: the quick start's recipe, next steps and console
+
+
+def test_the_quick_start_saves_the_trained_model_as_hf_and_asks_for_repeatable_rollouts(tiny, tmp_path):
+    from slime_check.quickstart import QuickstartConfig, grpo_argv
+    from slime_ref.arguments import parse_args
+
+    (tmp_path / "warmup" / "hf").mkdir(parents=True)
+    for src in tiny.model_dir.iterdir():
+        (tmp_path / "warmup" / "hf" / src.name).write_bytes(src.read_bytes())
+    args = parse_args(grpo_argv(QuickstartConfig(), tiny, tmp_path))
+    assert args.save == str(tmp_path / "grpo" / "checkpoint") and args.save_hf == str(tmp_path / "grpo" / "hf")
+    from slime_ref.run import should_run_periodic_action
+
+    saved = [r for r in range(args.num_rollout)
+             if should_run_periodic_action(r, args.save_interval, None, args.num_rollout)]
+    assert saved == [args.num_rollout - 1]  # once, after the last rollout
+    assert args.use_kl_loss and args.kl_loss_coef == 0.0  # train/kl_loss logged, not trained on
+    from slime_ref.rollout.sglang_rollout import deterministic_inference
+
+    assert deterministic_inference(args)
+
+
+def test_next_steps_use_this_runs_outputs_as_paths_from_the_working_directory(tiny, tmp_path, monkeypatch):
+    from slime_check.quickstart import next_steps
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "slime-quickstart"
+    commands = [command for command, _ in next_steps(out, tiny)]
+    assert commands[0].startswith("slime-ref generate slime-quickstart/grpo/hf ")
+    assert any(c.startswith("slime-check config --env TINY=") and c.endswith("examples/run-tiny-grpo.sh")
+               for c in commands)
+    smoke = next(c for c in commands if c.startswith("slime-check smoke"))
+    assert "--out slime-quickstart/smoke" in smoke and smoke.endswith("examples/run-tiny-grpo.sh")
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # --out outside the working directory: absolute paths
+    assert next_steps(out, tiny)[0][0].startswith(f"slime-ref generate {out}/grpo/hf ")
+
+
+def test_the_quick_start_prints_piped_output_at_200_columns_as_prereqs_and_config(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from slime_check import quickstart as qs
+    from slime_check.cli import cli
+
+    seen = {}
+    monkeypatch.setattr(qs, "run_quickstart", lambda out, cfg, force, console: seen.setdefault("console", console))
+    result = CliRunner().invoke(cli, ["quickstart", "--out", str(tmp_path / "qs")])
+    assert result.exit_code == 0, result.output
+    assert seen["console"].width == 200

@@ -99,6 +99,29 @@ def sampling_params(args, *, evaluation: bool = False) -> dict[str, Any]:
     }
 
 
+def deterministic_inference(args) -> bool:
+    """slime's ``--sglang-enable-deterministic-inference``: every request carries a sampling seed."""
+    return bool(getattr(args, "sglang_enable_deterministic_inference", False)
+                or (getattr(args, "sglang_extra", None) or {}).get("sglang_enable_deterministic_inference"))
+
+
+def group_sampling_seeds(args) -> list[int] | None:
+    """slime v0.3.1's seeds with ``--sglang-enable-deterministic-inference``: sample ``i`` of every
+    group is sent with ``sampling_seed = --rollout-seed + i`` (eval: ``+ j``, the j-th response to a
+    prompt), so which tokens are drawn no longer depends on which request reached the engine first.
+    None without the flag: the engine seeds each request itself."""
+    if not deterministic_inference(args):
+        return None
+    return [args.rollout_seed + i for i in range(args.n_samples_per_prompt)]
+
+
+def _seeded(params: dict[str, Any], seed: int | None) -> dict[str, Any]:
+    params = dict(params)
+    if seed is not None:
+        params["sampling_seed"] = seed
+    return params
+
+
 class _GenerateState:
     """Per-process rollout state: tokenizer, the router client, the concurrency cap, in-flight groups."""
 
@@ -283,12 +306,17 @@ async def generate_and_rm_group(args, group: list[Sample], sampling_params: dict
     state = generation_state(args)
     if state.aborted:
         return group
-    fresh = [i for i, s in enumerate(group)
-             if s.status == Sample.Status.PENDING and s.response_length == 0 and _served_by_default_generate(args, s)]
+    seeds = group_sampling_seeds(args)
+    # one batched /generate serves a group's fresh samples, with one set of sampling parameters: the
+    # router takes no per-entry list; seeded samples (each its own seed) go one request each, as in slime
+    fresh = [] if seeds else [
+        i for i, s in enumerate(group)
+        if s.status == Sample.Status.PENDING and s.response_length == 0 and _served_by_default_generate(args, s)]
     rest = sorted(set(range(len(group))) - set(fresh))
     done = await asyncio.gather(
         _generate_and_rm_fresh(args, [group[i] for i in fresh], dict(sampling_params)),
-        *(generate_and_rm(args, group[i], dict(sampling_params), evaluation) for i in rest),
+        *(generate_and_rm(args, group[i], _seeded(sampling_params, seeds[i % len(seeds)] if seeds else None),
+                          evaluation) for i in rest),
     )
     out = list(group)
     for i, sample in zip(fresh, done[0]):
@@ -422,13 +450,15 @@ async def _eval_one(args, name: str, path: str) -> tuple[str, dict[str, Any]]:
         )
     dataset = _EVAL_DATASETS[key]
     params = sampling_params(args, evaluation=True)
-    samples = []
+    seeded = deterministic_inference(args)  # slime: the j-th response to each prompt gets --rollout-seed + j
+    samples, sample_params = [], []
     for prompt_index, prompt_sample in enumerate(dataset.samples):
         for j in range(args.n_samples_per_eval_prompt):
             s = copy.deepcopy(prompt_sample)
             s.group_index, s.index = prompt_index, prompt_index * args.n_samples_per_eval_prompt + j
             samples.append(s)
-    done = await asyncio.gather(*(generate_and_rm(args, s, params, evaluation=True) for s in samples))
+            sample_params.append(_seeded(params, args.rollout_seed + j) if seeded else params)
+    done = await asyncio.gather(*(generate_and_rm(args, s, p, evaluation=True) for s, p in zip(samples, sample_params)))
     flat = flatten_samples(done)
     flat.sort(key=lambda s: s.index)
     reward_key = args.eval_reward_key
