@@ -41,6 +41,7 @@ class RunDisplay:
         )
         self.task = self.progress.add_task(title, total=total, status="setting up")
         self.last: dict = {}
+        self.trained = False  # an eval before the first train step is the "before training" one
 
     def __enter__(self) -> RunDisplay:
         self.progress.start()
@@ -55,7 +56,8 @@ class RunDisplay:
             if info["kind"] == "eval":
                 shown = ", ".join(f"{k.removeprefix('eval/')} {v:.3f}" for k, v in metrics.items()
                                   if k.startswith("eval/") and isinstance(v, float) and "ratio" not in k)
-                self.progress.console.print(f"  eval after rollout {info['rollout_id']}: {shown}")
+                when = f"after rollout {info['rollout_id']}" if self.trained else "before training"
+                self.progress.console.print(f"  eval {when}: {shown}")
                 return
             self.last = metrics
             self.progress.update(self.task, completed=info["rollout_id"] + 1, status=self._status("rollout"))
@@ -63,6 +65,8 @@ class RunDisplay:
         if phase == "setup":
             self.progress.update(self.task, status=info.get("detail", "setting up"))
             return
+        if phase == "train":
+            self.trained = True
         if phase in ("train", "update_weights", "save", "eval") and "rollout_id" in info:
             self.progress.update(self.task, status=self._status(phase))
 
@@ -71,6 +75,8 @@ class RunDisplay:
 
     def _status(self, phase: str) -> str:
         m = self.last
+        if "train/pg_loss" not in m and "train/loss" in m:  # supervised (sft_loss): no rewards, a loss
+            return f"{'trained' if phase == 'rollout' else PHASE_LABEL.get(phase, phase)} | loss {m['train/loss']:.3f}"
         parts = [PHASE_LABEL.get(phase, phase)]
         if "rollout/raw_reward" in m:
             parts.append(f"reward {m['rollout/raw_reward']:.3f}")
