@@ -88,6 +88,54 @@ def plot_cmd(run_dir: Path, out: Path | None) -> None:
     click.echo(f"wrote {plot_run(run_dir, out)}")
 
 
+@cli.command("generate")
+@click.argument("model_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("prompts", nargs=-1, required=True)
+@click.option("--max-new-tokens", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--temperature", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="0 answers greedily (the same answer every time).")
+@click.option("--no-chat-template", is_flag=True, help="Send each prompt as raw text, not as a user turn.")
+def generate_cmd(model_dir: Path, prompts: tuple[str, ...], max_new_tokens: int, temperature: float,
+                 no_chat_template: bool) -> None:
+    """Answer PROMPTS with the HF checkpoint MODEL_DIR, to try a trained model.
+
+    \b
+    Each prompt is a user turn of the model's chat template, as in training with
+    --apply-chat-template. Loaded with transformers, so it also shows that the directory
+    (e.g. --save-hf's, or the quick start's grpo/hf) is a plain HF checkpoint:
+      slime-ref generate slime-quickstart/grpo/hf "3+5=" "7+2="
+    """
+    from slime_ref.errors import UserError
+
+    if not (model_dir / "config.json").is_file():
+        what = "no config.json in it" if model_dir.is_dir() else "no such directory"
+        raise UserError(f"{model_dir}: {what}; pass an HF checkpoint directory (e.g. a run's --save-hf)")
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    torch.manual_seed(0)
+    width = max(len(p) for p in prompts)
+    for prompt in prompts:
+        text = prompt if no_chat_template else tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+        sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+        with torch.no_grad():
+            out = model.generate(**ids, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=tokenizer.eos_token_id, **sampling)
+        answer = tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        click.echo(f"{prompt:<{width}}  ->  {answer.strip()}")
+
+
 cli.add_command(convert)
 
 
