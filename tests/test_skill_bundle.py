@@ -311,7 +311,8 @@ def test_sglang_arguments_slime_skips_are_listed_and_absent_from_the_registry():
 def test_load_ref_load_and_hf_validation_say_what_slime_does():
     flags = " ".join((REPO / "skill/references/grpo-flags.md").read_text(encoding="utf-8").split())
     assert "An HF dir of a model type slime loads directly is kept as the actor's starting weights" in flags
-    assert "It does **not** compare KV groups (`--num-query-groups`) or the vocabulary size" in flags
+    assert ("It does **not** compare KV groups (`--num-query-groups`), head size (`--kv-channels`), QK-norm "
+            "(`--qk-layernorm`) or the vocabulary size") in flags
     checklist = (REPO / "checklists/prerequisites.md").read_text(encoding="utf-8")
     row = next(line for line in checklist.splitlines() if line.startswith("| `config.hf_config`"))
     assert "KV groups, head size and vocab, which slime does not compare" in row
@@ -398,5 +399,5 @@ def test_troubleshooting_covers_engine_death_cuda_graph_oom_and_the_weight_check
     dies = next(b for h, b in sections.items() if "engine dies" in h)
     assert "--use-fault-tolerance" in dies and "--rollout-health-check-interval" in dies
     check = next(b for h, b in sections.items() if "--check-weight-update-equal" in h)
-    for topic in ("**Vocabulary padding**", "**Tied embeddings**", "**Name conversion**", "After\n  a resume"):
+    for topic in ("**Vocabulary padding**", "**Not tied embeddings**", "**Name conversion**", "After\n  a resume"):
         assert topic in check, topic

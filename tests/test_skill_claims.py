@@ -341,3 +341,93 @@ def test_w6_rotary_base_is_compared_at_start_up_qk_norm_kv_channels_and_groups_a
     assert "`--rotary-base` differs between versions of a model" not in skill
     assert ("It does **not** compare KV groups (`--num-query-groups`), head size (`--kv-channels`), QK-norm "
             "(`--qk-layernorm`) or the vocabulary size") in page("skill/references/grpo-flags.md")
+
+
+# ----------------------------------------------------------------------------- the image, W7, W8: install
+
+
+IMAGE = "slimerl/slime:nightly-dev-20260804a"
+
+
+def test_image_is_the_tag_slime_v031_builds_not_latest():
+    version = "".join(b.text for b in blocks("v0.3.1", "docker/version.txt")).strip()
+    assert f"slimerl/slime:{version}" == IMAGE
+    justfile = slime("docker/justfile")
+    assert ("VERSION=\"$(cat docker/version.txt | tr -d '\\n')\" IMAGE_TAG=${VERSION}${ARG_TAG_POSTFIX}" in justfile
+            and "-t slimerl/slime:$IMAGE_TAG" in justfile and "docker tag slimerl/slime:$IMAGE_TAG slimerl/slime:latest"
+            in justfile)
+    dockerfile = DOCKERFILE.read_text(encoding="utf-8")
+    assert "ARG SLIME_COMMIT=main" in dockerfile and "ARG SGLANG_IMAGE_TAG=v0.5.15.post1-cu129" in dockerfile
+
+    for rel in ("SKILL.md", "skill/references/install.md"):
+        text = (REPO / rel).read_text(encoding="utf-8")
+        assert f"docker pull {IMAGE}" in text and f"-it {IMAGE} /bin/bash" in text, rel
+        assert "git checkout v0.3.1" in text, rel  # the image's slime is main until pinned
+        assert [line for line in text.splitlines() if re.search(r"(pull|-it) slimerl/slime:latest", line)] == [], rel
+    install = page("skill/references/install.md")
+    assert "Pull that tag, not `latest`" in install
+    assert "The build clones slime's `main` (`SLIME_COMMIT=main`" in install
+
+
+def test_slime_check_judges_v031s_image_tag_as_v031():
+    from slime_check.slime_identity import V031, image_source
+
+    source = image_source({"SLIME_IMAGE": IMAGE})
+    assert source.target == V031 and "docker/version.txt" in source.relation
+
+
+def _template_sets(template: str) -> set[str]:
+    text = (TEMPLATES / template).read_text(encoding="utf-8")
+    exported = set()
+    for line in text.splitlines():
+        line = line.split("#")[0]
+        for match in re.finditer(r"\bexport ((?:[A-Z_]+=\S+ ?)+)", line):
+            exported |= set(re.findall(r"([A-Z_]+)=", match.group(1)))
+    runtime = set(re.findall(r'\\"([A-Z_]+)\\": \\"\$\{(?:SOCKET_IFNAME|NODE_IP)\}', text))
+    return exported | runtime
+
+
+def test_w7_install_names_what_the_multinode_template_really_sets():
+    sets = _template_sets("run-qwen3-32B-grpo-multinode.sh")
+    network = {name for name in sets if name.endswith("IFNAME") or name == "SLIME_HOST_IP"}
+    assert network == {"SLIME_HOST_IP", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"}, sets
+    install = page("skill/references/install.md")
+    multinode = install.split("## Multi-node")[1]
+    named = set(re.findall(r"`([A-Z][A-Z_]+)`", multinode)) - {"NODE_IP", "SOCKET_IFNAME"}
+    assert named == network, named
+    assert "sets exactly these four from `NODE_IP` and `SOCKET_IFNAME`" in multinode
+    assert [rel for rel, text in bundle_text().items() if "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME" in text] == []
+
+
+def test_w8_fp8_starts_at_ada_and_only_deepgemm_needs_hopper():
+    marlin = sglang("sglang/srt/layers/quantization/fp8_utils.py")
+    assert "def can_auto_enable_marlin_fp8() -> bool:" in marlin and "return 80 <= sm < 89" in marlin
+    deepgemm = sglang("sglang/srt/layers/deep_gemm_wrapper/configurer.py")
+    assert "if (_is_cuda and sm_version < 90) or (_is_musa and sm_version < 31): return False" in deepgemm
+    assert "if sm_version == 120: return False" in deepgemm
+
+    install = page("skill/references/install.md")
+    assert ("FP8 tensor cores start at Ada (8.9: L40S, RTX 6000 Ada) and Hopper; below 8.9 (A100) SGLang "
+            "0.5.15.post1 serves FP8 weights only by Marlin weight-only emulation. What needs Hopper (9.0, and "
+            "Blackwell except 12.0) is DeepGEMM") in install
+    row = next(line for line in (REPO / "checklists/prerequisites.md").read_text().splitlines()
+               if line.startswith("| `gpu.compute_capability` |"))
+    assert "FP8 tensor cores from 8.9 (Ada) on; DeepGEMM's block FP8 9.0+ (not 12.0)" in row
+    assert "`can_auto_enable_marlin_fp8`: SM 80-88" in row
+    wrong = re.compile(r"FP8 (rollout or training )?needs Hopper|9\.0\+ \(Hopper\) for FP8|FP8 tensor cores start at "
+                       r"Hopper")
+    assert [rel for rel, text in bundle_text().items() if wrong.search(flat(text))] == []
+
+    # slime-check prereqs says the same for each generation
+    from types import SimpleNamespace
+
+    from slime_check import prereqs
+    from slime_check.facts import Gpu, GpuInventory
+
+    def finding(cc: str) -> str:
+        machine = SimpleNamespace(inventory=GpuInventory("580.0", "13.0", [Gpu(0, "GPU", cc=cc)], "nvidia-smi"))
+        return prereqs.gpu_compute_capability(machine).finding
+
+    assert "no FP8 tensor cores below 8.9" in finding("8.0") and "Marlin" in finding("8.6")
+    assert "bf16 and FP8 (Ada); DeepGEMM's block FP8 needs 9.0 or newer" in finding("8.9")
+    assert finding("9.0").endswith("bf16 and FP8.")

@@ -290,8 +290,11 @@ def gpu_compute_capability(m: Machine) -> Finding:
     if cc < (8, 0):
         return Finding(id_, Status.FAIL, text + ": below 8.0, so no bf16, which slime trains in.",
                        "Use Ampere (8.0) or newer; H100/H200 are what slime tests on.", HARDWARE_DOC)
+    if cc < (8, 9):
+        return Finding(id_, Status.PASS, text + ": bf16 yes; no FP8 tensor cores below 8.9 (SGLang runs FP8 weights "
+                       "by Marlin weight-only emulation); DeepGEMM's block FP8 needs 9.0 or newer.")
     if cc < (9, 0):
-        return Finding(id_, Status.PASS, text + ": bf16 yes; FP8 (rollout or training) needs Hopper (9.0) or newer.")
+        return Finding(id_, Status.PASS, text + ": bf16 and FP8 (Ada); DeepGEMM's block FP8 needs 9.0 or newer.")
     if cc >= (10, 0):
         return Finding(id_, Status.PASS, text + ": bf16 and FP8. Blackwell has no CI in slime; the "
                        "latest-cu130 image tag is built for it.")

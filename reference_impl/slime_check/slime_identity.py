@@ -35,6 +35,8 @@ MAIN = NEWEST_KNOWN  # "main@624b824"
 MAIN_COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
 GIT_TIMEOUT_S = 3.0
 IMAGE_VARS = ("SLIME_IMAGE", "SLIME_IMAGE_TAG")
+# slimerl/slime tags that docker/version.txt gives a known slime (docker/justfile tags the image with it)
+IMAGE_TAGS = {"nightly-dev-20260804a": V031}
 
 # What ``--slime-version`` accepts, and the known slime each names.
 VERSION_CHOICES = {"v0.3.1": V031, "0.3.1": V031, "main": MAIN, MAIN: MAIN, "main@624b824a8": MAIN}
@@ -265,7 +267,10 @@ def image_source(env: Mapping[str, str]) -> Source | None:
         tag = ref.rsplit(":", 1)[1] if ":" in ref.rsplit("/", 1)[-1] else "latest"
         src = Source("image", f"{ref} (${var})")
         m = re.search(r"v?(\d+\.\d+\.\d+)", tag)
-        if m:
+        if tag in IMAGE_TAGS:
+            src.target = IMAGE_TAGS[tag]
+            src.relation = f"image tag {tag} is {src.target}'s (its docker/version.txt)"
+        elif m:
             src.version = m.group(1)
             src.target, src.relation = _judge_describe("v" + m.group(1))
         elif re.search(r"latest|nightly|dev|main", tag):
