@@ -431,3 +431,106 @@ def test_w8_fp8_starts_at_ada_and_only_deepgemm_needs_hopper():
     assert "no FP8 tensor cores below 8.9" in finding("8.0") and "Marlin" in finding("8.6")
     assert "bf16 and FP8 (Ada); DeepGEMM's block FP8 needs 9.0 or newer" in finding("8.9")
     assert finding("9.0").endswith("bf16 and FP8.")
+
+
+# ----------------------------------------------------------------------------- the incomplete items
+
+
+def test_bitwise_reproducibility_is_slimes_whole_recipe():
+    recipe = slime("docs/en/advanced/reproducibility.md")
+    parts = ["pip uninstall flash_attn_3 -y", "--sglang-enable-deterministic-inference",
+             "--sglang-attention-backend flashinfer", "--deterministic-mode", '"NCCL_ALGO": "Ring"',
+             '"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"', '"CUBLAS_WORKSPACE_CONFIG": ":4096:8"']
+    for part in parts:
+        assert part in recipe, part
+    script = (SCRIPTS / "run-qwen2.5-0.5B-reproducibility.sh").read_text(encoding="utf-8")
+    assert all(part in script for part in parts[1:]), "slime's reproducibility script"
+    assert "torch.use_deterministic_algorithms(True, warn_only=False)" in slime(
+        "slime/backends/megatron_utils/initialize.py")
+    seeds = slime("slime/rollout/sglang_rollout.py")
+    assert ("sampling_seed_base = args.rollout_seed self.group_sampling_seeds = [sampling_seed_base + i for i in "
+            "range(args.n_samples_per_prompt)]") in seeds
+    assert "seed=args.rollout_seed," in slime("slime/rollout/data_source.py")
+    from slime_common.registry import load_registry
+
+    registry = load_registry()
+    assert registry.lookup("--seed").default == 1234 and registry.lookup("--rollout-seed").default == 42
+
+    flags = page("skill/references/grpo-flags.md")
+    section = flags.split("## Bitwise reproducibility")[1].split(" ## ")[0]
+    for part in parts:
+        assert part in section, part
+    assert "`--seed` (Megatron, 1234) and `--rollout-seed` (42;" in section and "`rollout_seed + i`" in section
+    assert "with `--deterministic-mode` for bitwise-reproducible runs" not in flags
+
+
+def test_no_deprecated_sglang_alias_anywhere_in_the_skill():
+    from slime_common.registry import load_registry
+
+    registry = load_registry()
+    deprecated = {name: flag for flag in registry.flags if flag.deprecated for name in flag.flags}
+    # the three the skill used to show, and what SGLang 0.5.15.post1 calls them now
+    renamed = {"--sglang-cuda-graph-max-bs": "--sglang-cuda-graph-max-bs-decode",
+               "--sglang-cuda-graph-bs": "--sglang-cuda-graph-bs-decode",
+               "--sglang-disable-cuda-graph": "--sglang-disable-decode-cuda-graph"}
+    for old, new in renamed.items():
+        assert old in deprecated and not registry.lookup(new).deprecated, old
+    assert deprecated["--sglang-cuda-graph-max-bs"].dest == "sglang_cuda_graph_max_bs_decode"
+    assert deprecated["--sglang-cuda-graph-bs"].dest == "sglang_cuda_graph_bs_decode"
+    flag = re.compile(r"(?<![\w-])--sglang-[a-z0-9-]*[a-z0-9](?![\w-])")
+    shown = sorted({(rel, m.group(0)) for rel, text in bundle_text().items() for m in flag.finditer(text)
+                    if m.group(0) in deprecated})
+    assert shown == []
+    trouble = page("skill/references/troubleshooting.md")
+    assert "lower `--sglang-cuda-graph-max-bs-decode` (for example 128 or 64)" in trouble
+    assert "`--sglang-cuda-graph-bs-decode 1 2 4 8 16 32 64`" in trouble
+
+
+def _nodes(script: str) -> int:
+    """Nodes of 8 GPUs a slime run script asks for: the actor's, plus the rollout's when not colocated."""
+    text = (SCRIPTS / script).read_text(encoding="utf-8")
+    value = re.search(r"--actor-num-nodes \"?([^\s\"\\]+)", text).group(1)
+    default = re.fullmatch(r"\$\{(\w+)\}", value)
+    if default:
+        value = re.search(rf"^{default.group(1)}=\$\{{{default.group(1)}:-(\d+)\}}", text, re.M).group(1)
+    nodes = int(value)
+    rollout = re.search(r"--rollout-num-gpus (\d+)", text)
+    if "--colocate" not in text and rollout:
+        nodes += int(rollout.group(1)) // 8
+    return nodes
+
+
+BIG_MOE = {"run-glm4.7-355B-A32B.sh": 8, "run-qwen3-235B-A22B.sh": 16, "run-deepseek-r1.sh": 16,
+           "run-minimax-m2.sh": 16, "run-glm5-744B-A40B.sh": 32, "run-glm5.2-744B-A40B.sh": 32,
+           "run-kimi-k2-Instruct.sh": 32, "run-kimi-k2-Thinking.sh": 32}
+
+
+def test_big_moe_scripts_use_8_to_32_nodes():
+    assert {script: _nodes(script) for script in BIG_MOE} == BIG_MOE
+    skill = page("SKILL.md")
+    low, high = min(BIG_MOE.values()), max(BIG_MOE.values())
+    assert (f"The big MoE run scripts use {low} to {high} nodes of 8 GPUs: GLM-4.7-355B 8, Qwen3-235B, "
+            "DeepSeek-R1 and MiniMax-M2 16, GLM-5 and Kimi-K2 32") in skill
+    assert "16 to 32 nodes" not in skill
+    assert "GLM-4.7-355B 8, Qwen3-235B-A22B 16 (8 training + 8 rollout), DeepSeek-R1 and MiniMax-M2 16" in page(
+        "skill/references/install.md")
+
+
+def test_22_of_23_run_scripts_begin_by_killing_by_name():
+    four = ["pkill -9 sglang", "ray stop --force", "pkill -9 ray", "pkill -9 python"]
+    scripts = sorted(SCRIPTS.glob("run-*.sh"))
+    assert len(scripts) == 23
+    with_four, other = [], []
+    for script in scripts:
+        lines = [line.strip() for line in script.read_text(encoding="utf-8").splitlines()]
+        head = [line for line in lines[:20] if line.startswith(("pkill", "ray stop"))]
+        (with_four if head[:4] == four else other).append(script.name)
+    assert len(with_four) == 22 and other == ["run-qwen2.5-0.5B-gb10-smoke.sh"]
+    gb10 = (SCRIPTS / "run-qwen2.5-0.5B-gb10-smoke.sh").read_text(encoding="utf-8")
+    assert "pkill -9 ray python 2>/dev/null || true" in gb10
+    assert ("22 of slime's 23 `scripts/run-*.sh` begin with `pkill -9 sglang`, `ray stop --force`, `pkill -9 ray`, "
+            "`pkill -9 python` (the DGX Spark smoke: `pkill -9 ray python`)") in page("SKILL.md")
+    # and none of the skill's own templates kills anything by name
+    for template in TEMPLATES.glob("*.sh"):
+        code = [line.split("#")[0] for line in template.read_text(encoding="utf-8").splitlines()]
+        assert not [line for line in code if re.search(r"\b(pkill|killall)\b|ray stop", line)], template.name

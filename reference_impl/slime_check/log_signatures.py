@@ -42,7 +42,8 @@ SIGNATURES: list[Signature] = [
          FAQ),
     _sig("cuda_graph", r"Capture cuda graph failed|CUDA graph failed",
          "SGLang failed to capture CUDA graphs at engine start (usually out of memory).",
-         "Lower --sglang-mem-fraction-static, set --sglang-cuda-graph-max-bs 16, or --sglang-disable-cuda-graph.",
+         "Lower --sglang-mem-fraction-static, set --sglang-cuda-graph-max-bs-decode 16, or "
+         "--sglang-disable-decode-cuda-graph.",
          "docs/en/get_started/agent.md"),
     _sig("engine_kv_oom", r"Not enough memory\. Please try to increase --mem-fraction-static",
          "The SGLang engine could not allocate its KV cache at start: the weights leave no room.",
