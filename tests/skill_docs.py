@@ -41,7 +41,7 @@ TOOL_FLAGS = {
         "--force",
     },
     "hf": {"--repo-type", "--local-dir"},
-    "pip": {"--no-deps", "--no-build-isolation", "--extra-index-url"},
+    "pip": {"--no-deps", "--no-build-isolation", "--extra-index-url", "--retries"},
     "git": {"--tags"},
     # slime v0.3.1 tools/convert_torch_dist_to_hf.py
     "convert_torch_dist_to_hf.py": {
@@ -53,6 +53,12 @@ TOOL_FLAGS = {
         "--force",
     },
     "slime_log_summary.py": {"--json"},
+    "py-spy": {"--pid", "--native"},
+    # slime v0.3.1 tools/ (each file's argparse)
+    "profile_rollout.py": {"--router-url", "--action", "--num-steps", "--output-dir"},
+    "trace_timeline_viewer.py": set(),
+    "convert_hf_to_fp8.py": {"--model-dir", "--save-dir", "--strategy", "--block-size", "--max-workers"},
+    "convert_hf_to_int4_direct.py": {"--model-dir", "--save-dir"},
 }
 # Scripts whose flags are slime's own: the trainer, the HF -> Megatron converter (Megatron's parser
 # plus --hf-checkpoint), and slime's hook contract tests.
