@@ -23,6 +23,7 @@ from pathlib import Path
 class Package:
     what: str  # the distribution and how to get it
     service: str | None = None  # the outside service behind it, if any
+    note: str | None = None  # where it can run instead, when not here
 
 
 PACKAGES: dict[str, Package] = {
@@ -34,7 +35,7 @@ PACKAGES: dict[str, Package] = {
                        "says; it brings strands-agents)"),
     "strands_sglang": Package("strands-sglang (pip install strands-sglang==0.4.2)"),
     "sglang": Package("SGLang (the hook imports its Python package, e.g. FunctionCallParser)",
-                      "SGLang installs on a CUDA machine: rehearse with slime-check smoke --with slime there"),
+                      note="it installs on a CUDA machine: rehearse with slime-check smoke --with slime there"),
     "e2b": Package("the E2B SDK (pip install e2b)", "remote sandboxes from the E2B service (E2B_API_KEY)"),
     "e2b_code_interpreter": Package("the E2B code interpreter SDK (pip install e2b-code-interpreter)",
                                     "remote sandboxes from the E2B service (E2B_API_KEY)"),
@@ -97,7 +98,9 @@ def describe(module: str) -> str:
     if package is None:
         return f"{top} is not installed where the hooks run"
     text = f"{top} is {package.what}"
-    return f"{text}; outside service: {package.service}" if package.service else text
+    if package.service:
+        text += f"; outside service: {package.service}"
+    return f"{text}; {package.note}" if package.note else text
 
 
 def explain_missing(message: str, hook_file: Path | None = None) -> str | None:
