@@ -65,7 +65,7 @@ def test_the_preflight_finding_names_the_service(tmp_path):
     hooks = {"generate": ("--custom-generate-function-path", "generate_with_tau.generate")}
     out = tmp_path / "out"
     config = write_hooks(hooks, out)
-    env = run_env(SimpleNamespace(env={"PYTHONPATH": str(tmp_path)}, out=out),
+    env = run_env(SimpleNamespace(env={"PYTHONPATH": str(tmp_path)}, out=out, target=None),
                   SimpleNamespace(env={}, target=None), config, compat=True)
     findings, _ = preflight_hooks(hooks, env, config)
     assert [(f.id, f.status.value) for f in findings] == [("smoke.hook_import", "FAIL")]
