@@ -206,12 +206,43 @@ def test_w1_log_summary_checks_kl_loss_at_step_0(tmp_path):
     assert good.returncode == 0, good.stdout
 
 
-# ----------------------------------------------------------------------------- SKILL.md stays loadable
+# ----------------------------------------------------------------------------- frontmatter
 
 
-def test_frontmatter_yaml_loads():  # placeholder replaced below by the frontmatter tests
+SPEC_KEYS = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
+
+
+def _frontmatter() -> dict:
     text = (REPO / "SKILL.md").read_text(encoding="utf-8")
-    assert yaml.safe_load(text.split("---")[1])["name"]
+    return yaml.safe_load(re.match(r"^---\n(.*?)\n---\n", text, re.S).group(1))
+
+
+def test_frontmatter_metadata_maps_strings_to_strings():
+    """agentskills.io: ``metadata`` is a map from string keys to string values. agentskills-tools 0.7.0's
+    native manifest (``agentskills inspect --native``, ``agentskills serve``) refuses anything else, and
+    skills-ref 0.1.1's loader turns a nested value into its Python repr. Hermes 0.19 needs only ``name``
+    and ``description``; it reads ``tags`` and ``related_skills`` from a nested ``metadata.hermes`` map
+    (or from top-level keys, which skills-ref refuses), so the skill carries neither and Hermes shows
+    none. test_skill_portable.py and test_skill_hermes.py run all four programs on the installed skill."""
+    meta = _frontmatter()
+    assert set(meta) <= SPEC_KEYS
+    assert meta["metadata"] and all(isinstance(k, str) and isinstance(v, str) for k, v in meta["metadata"].items())
+    assert "hermes" not in meta["metadata"] and "tags" not in meta and "related_skills" not in meta
+    assert {"slime", "GRPO", "PPO"} <= {tag.strip() for tag in meta["metadata"]["tags"].split(",")}
+
+
+def test_hermes_reads_tags_only_from_a_nested_map():
+    """Pins the reading above to Hermes 0.19.0's own code where its environment exists."""
+    found = sorted((REPO / ".venv-hermes").glob("lib/python3*/site-packages/tools/skills_tool.py"))
+    if not found:
+        pytest.skip("no .venv-hermes here (test_skill_hermes.py builds it)")
+    code = flat(found[0].read_text(encoding="utf-8"))
+    assert ('metadata = frontmatter.get("metadata") if isinstance(metadata, dict): '
+            'hermes_meta = metadata.get("hermes", {}) or {}') in code
+    assert 'tags = _parse_tags(hermes_meta.get("tags") or frontmatter.get("tags", ""))' in code
+    validator = flat((found[0].parent / "skill_manager_tool.py").read_text(encoding="utf-8"))
+    assert 'if "name" not in parsed:' in validator and 'if "description" not in parsed:' in validator
+    assert "metadata" not in validator.split("def _validate_frontmatter(")[1].split("def ")[0]
 
 
 # ----------------------------------------------------------------------------- W2, W3, top-p: hook contracts

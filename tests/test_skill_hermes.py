@@ -111,7 +111,9 @@ def test_skills_list_shows_the_skill_with_its_description(probe, skill_dir):
 def test_skill_view_succeeds_and_lists_every_shipped_file(probe, skill_dir):
     view = probe["view"]
     assert view["success"] and view["name"] == SKILL_NAME and view["readiness_status"] == "available"
-    assert "slime" in view["tags"] and view["related_skills"] == ["trl-fine-tuning", "weights-and-biases"]
+    # no metadata.hermes map (agentskills.io metadata is string to string): Hermes shows no tags and
+    # links no related skills, and needs neither to list, view, index or validate the skill
+    assert view["tags"] == [] and view["related_skills"] == []
     linked = sorted(path for group in view["linked_files"].values() for path in group)
     shipped = sorted(
         p.relative_to(skill_dir).as_posix() for p in skill_dir.rglob("*") if p.is_file() and p.name != "SKILL.md"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -118,6 +119,8 @@ def test_frontmatter_is_the_shape_every_validator_accepts():
     assert re.fullmatch(r"\d+\.\d+\.\d+", meta["metadata"]["version"]) and meta["metadata"]["author"]
     # agentskills-tools and skills-ref disagree on the type of `compatibility`: it must not be there
     assert "compatibility" not in meta and "platforms" not in meta
+    # the spec's metadata maps strings to strings; agentskills-tools' native manifest refuses anything else
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in meta["metadata"].items()), meta["metadata"]
 
 
 def test_skills_ref_validates_the_installed_skill(skills_ref_cli, installed):
@@ -126,6 +129,8 @@ def test_skills_ref_validates_the_installed_skill(skills_ref_cli, installed):
     assert "Valid skill" in result.stdout
     props = _run([*skills_ref_cli, "read-properties", installed], timeout=120)
     assert props.returncode == 0 and f'"name": "{SKILL_NAME}"' in props.stdout, props.stdout + props.stderr
+    # skills-ref's loader keeps metadata as str(value): it must come back exactly as written
+    assert json.loads(props.stdout)["metadata"] == yaml.safe_load(frontmatter_text())["metadata"]
 
 
 def test_agentskills_tools_validates_and_lints_the_installed_skill(agentskills_tools_cli, installed):
@@ -136,3 +141,6 @@ def test_agentskills_tools_validates_and_lints_the_installed_skill(agentskills_t
     # the only warnings: no top-level version or when_to_use, which skills-ref forbids
     warnings = set(re.findall(r"warning ([a-z-]+):", lint.stdout))
     assert warnings <= {"missing-version", "missing-selection-metadata"}, lint.stdout
+    # the native MCP manifest (what `agentskills serve` publishes) takes only string-valued metadata
+    native = _run([*agentskills_tools_cli, "inspect", "--native", installed], timeout=120)
+    assert native.returncode == 0 and "native manifest" in native.stdout, native.stdout + native.stderr
