@@ -356,6 +356,7 @@ def save_hf_checkpoint(model, arch: HFArchitecture, source_dir: str | Path, out_
 
     from safetensors.torch import save_file
 
+    from slime_common.fileio import _umask
     from slime_ref.utils.fileio import atomic_directory
 
     source_dir, out_dir = Path(source_dir), Path(out_dir)
@@ -370,6 +371,7 @@ def save_hf_checkpoint(model, arch: HFArchitecture, source_dir: str | Path, out_
             shard_name = f"model-{i + 1:05d}.safetensors"
             tensors = {name: t.detach().to("cpu").contiguous() for name, t in bucket}
             save_file(tensors, str(tmp / shard_name), metadata={"format": "pt"})
+            (tmp / shard_name).chmod(0o666 & ~_umask())  # safetensors writes 0600; the umask's mode, as open()
             weight_map.update(dict.fromkeys(tensors, shard_name))
             total += sum(t.numel() * t.element_size() for t in tensors.values())
         if writer:
