@@ -4,7 +4,16 @@
 2. assets   the embedded tiny Qwen3, tokenizer and arithmetic task (``slime-ref make-tiny``)
 3. warm-up  a short supervised warm-up through slime's ``--loss-type sft_loss`` path
 4. GRPO     the real stack: Ray, sglang-router, engines, the Megatron actor and weight sync
-5. summary  eval reward before and after, time per phase, a reward plot, and the next steps
+5. summary  eval reward before and after, time per phase, a reward plot, the trained model (HF),
+            and next steps that run as printed on this run's own outputs
+
+Repeatable: the warm-up reads its data in a seeded order, and GRPO passes slime's
+``--sglang-enable-deterministic-inference``, so every request carries a sampling seed (slime's:
+``--rollout-seed`` + the sample's place in its group) and the tokens drawn do not depend on which
+request reached the engine first. The same ``--seed`` on the same machine gives the same rewards,
+losses, eval numbers and trained weights. (What still varies: timings, and the engine-vs-trainer
+log-prob gap, ``train/train_rollout_logprob_abs_diff``, in its 7th digit: the engine batches
+concurrent requests as they arrive, and float sums group differently.)
 
 Safety: everything is written under ``--out`` (Ray's session files included), every server binds a
 free loopback port, and only the processes this run started are stopped, also on Ctrl-C. A FAIL
@@ -135,20 +144,63 @@ def grpo_argv(cfg: QuickstartConfig, assets, out: Path) -> list[str]:
         "--use-dynamic-batch-size", "--max-tokens-per-gpu", "8192",
         "--eval-prompt-data", "arith", str(assets.eval_path), "--eval-interval", str(cfg.eval_interval),
         "--n-samples-per-eval-prompt", str(cfg.n_samples_per_eval_prompt),
+        # KL to the warm-up model, measured and logged (train/kl_loss), not trained on (coefficient 0)
+        "--use-kl-loss", "--kl-loss-coef", "0.0", "--kl-loss-type", "low_var_kl",
+        # slime's switch for repeatable rollouts: a sampling seed on every request
+        "--sglang-enable-deterministic-inference",
         "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", "--colocate",
         "--check-weight-update-equal",
+        # the trained model: a Megatron checkpoint after the last rollout, and an HF copy of it
+        "--save", str(out / "grpo" / "checkpoint"), "--save-interval", str(cfg.num_rollout),
+        "--save-hf", str(out / "grpo" / "hf"),
         "--output-dir", str(out / "grpo"),
         *cfg.extra,
     ]
 
 
-NEXT_STEPS = """\
-Next steps toward a real slime run:
-  1. slime-check prereqs          on the GPU machine; fix every FAIL (Docker image, shm, ulimits)
-  2. write a launch script        from skill/templates/ (Qwen3-4B on 8 GPUs, or a 1-4 GPU run)
-  3. slime-check config run.sh    catches unknown flags, a broken batch identity, KL without --ref-load
-  4. slime-ref train <your flags> reproduces the config at small scale on the tiny model first
-  5. bash run.sh                  then watch rollout/raw_reward and train/ppo_kl as in this run"""
+TOWARD_SLIME = """\
+Toward a real slime run, on the GPU machine: slime-check prereqs there (fix every FAIL), a launch
+script from skill/templates/, then slime-check config and slime-check smoke on it as above; while it
+runs, watch rollout/raw_reward and train/kl_loss as in reward.png."""
+
+
+def shown_path(path: Path) -> str:
+    """``path`` as the user types it from here: relative below the working directory, else absolute."""
+    import shlex
+
+    try:
+        text = str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        text = str(path)
+    return shlex.quote(text)
+
+
+def example_script(name: str = "run-tiny-grpo.sh") -> Path | None:
+    """The repository's ``examples/NAME`` when slime-skill runs from its clone (an editable install)."""
+    import slime_check
+
+    path = Path(slime_check.__file__).resolve().parents[2] / "examples" / name
+    return path if path.is_file() else None
+
+
+def next_steps(out: Path, assets) -> list[tuple[str, str]]:
+    """(command, what it does) for each next step: commands that run as printed, from the working
+    directory, on this run's own outputs."""
+    import json
+    import shlex
+
+    rows = assets.eval_path.read_text().splitlines()
+    held_out = [json.loads(rows[i])["prompt"][-1]["content"] for i in sorted({0, len(rows) // 2, len(rows) - 1})]
+    steps = [(f"slime-ref generate {shown_path(out / 'grpo' / 'hf')} " + " ".join(shlex.quote(p) for p in held_out),
+              "your GRPO-trained model answers held-out prompts (grpo/hf is a plain HF checkpoint)")]
+    script = example_script()
+    if script is not None:
+        tiny = f"--env TINY={shown_path(out / 'assets')}"
+        steps.append((f"slime-check config {tiny} {shown_path(script)}",
+                      "checks a slime launch script (this GRPO as slime's flag arrays) before it runs"))
+        steps.append((f"slime-check smoke {tiny} --out {shown_path(out / 'smoke')} {shown_path(script)}",
+                      "rehearses that script at toy size: data keys, rewards, weight sync (about 2 minutes)"))
+    return steps
 
 
 class InterruptLatch:
@@ -211,8 +263,15 @@ def run_quickstart(out: Path, cfg: QuickstartConfig, force: bool, console) -> di
     console.rule("[bold]1/5  checks")
     slime_findings = run_prereqs(LiveProbe())
     counts = {s: sum(f.status is s for f in slime_findings) for s in Status}
-    console.print(f"A full slime run on this machine: PASS {counts[Status.PASS]}, WARN {counts[Status.WARN]}, "
-                  f"FAIL {counts[Status.FAIL]}, SKIP {counts[Status.SKIP]} (details: slime-check prereqs)")
+    tally = (f"PASS {counts[Status.PASS]}, WARN {counts[Status.WARN]}, FAIL {counts[Status.FAIL]}, "
+             f"SKIP {counts[Status.SKIP]}")
+    import torch
+
+    if torch.cuda.is_available():
+        console.print(f"A full slime run on this machine: {tally} (details: slime-check prereqs)")
+    else:
+        console.print(f"Preview, not this run's verdict: a full slime run needs a GPU node; this machine as one "
+                      f"would give {tally} (run slime-check prereqs on the GPU node)")
     findings = quickstart_checks(out)
     render(findings, "This quick start needs", console)
     phase_s["checks"] = time.perf_counter() - start
@@ -261,6 +320,7 @@ def run_quickstart(out: Path, cfg: QuickstartConfig, force: bool, console) -> di
             with RunDisplay(console, args.num_rollout, "GRPO") as display:
                 grpo = train(args, progress=latch.guard(display))
             phase_s["grpo"] = time.perf_counter() - start
+            grpo_args = args
     finally:
         if started_ray:
             ray.shutdown()
@@ -271,7 +331,8 @@ def run_quickstart(out: Path, cfg: QuickstartConfig, force: bool, console) -> di
     from slime_ref.plot import plot_run
 
     console.rule("[bold]5/5  summary")
-    plot = plot_run(out / "grpo", out / "reward.png")
+    plot = plot_run(out / "grpo", out / "reward.png", warmup_dir=out / "warmup")
+    steps = next_steps(out, assets)
     summary = {
         "reward_before": grpo["reward_before"],
         "reward_after": grpo["reward_after"],
@@ -282,15 +343,19 @@ def run_quickstart(out: Path, cfg: QuickstartConfig, force: bool, console) -> di
         "phase_s": {**phase_s, **{f"grpo/{k}": v for k, v in grpo["phase_s"].items()}},
         "checks": [f.to_dict() for f in findings],
         "outputs": {"assets": str(assets.root), "warmup": str(out / "warmup"), "grpo": str(out / "grpo"),
-                    "plot": str(plot), "metrics": str(out / "grpo" / "metrics.jsonl")},
+                    "plot": str(plot), "metrics": str(out / "grpo" / "metrics.jsonl"),
+                    "trained_model_hf": grpo_args.save_hf, "checkpoint": grpo_args.save},
         "config": {k: v for k, v in vars(cfg).items() if k != "extra"},
+        # slime's --sglang-enable-deterministic-inference: the same seed gives the same numbers
+        "repeatable": True,
+        "next_steps": [command for command, _ in steps],
     }
     atomic_write_json(out / "summary.json", summary)
 
     table = Table(title="slime-check quickstart", show_header=False)
     table.add_row("eval reward (held-out prompts)",
-                  f"{summary['reward_before']:.3f} -> {summary['reward_after']:.3f} "
-                  f"({summary['reward_gain']:+.3f})")
+                  f"before training {summary['reward_before']:.3f} -> after {cfg.num_rollout} rollouts "
+                  f"{summary['reward_after']:.3f} ({summary['reward_gain']:+.3f})")
     table.add_row("wall time", f"{summary['wall_s']:.0f} s")
     for key in ("checks", "assets", "warmup", "grpo"):
         table.add_row(f"  {key}", f"{phase_s.get(key, 0.0):.1f} s")
@@ -298,9 +363,15 @@ def run_quickstart(out: Path, cfg: QuickstartConfig, force: bool, console) -> di
         if key in grpo["phase_s"]:
             table.add_row(f"    grpo {key}", f"{grpo['phase_s'][key]:.1f} s")
     table.add_row("reward plot", str(plot))
+    table.add_row("trained model (HF)", grpo_args.save_hf)
     table.add_row("summary", str(out / "summary.json"))
+    table.add_row("repeatable", f"--seed {cfg.seed} again gives the same numbers (timings aside)")
     console.print(table)
-    console.print(NEXT_STEPS)
+    console.print("Next steps, from this directory (each command runs as printed):", highlight=False)
+    for command, what in steps:
+        console.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"      {what}", markup=False, highlight=False, style="dim")
+    console.print(TOWARD_SLIME, markup=False, highlight=False)
     return summary
 
 
@@ -318,12 +389,14 @@ def quickstart(out: Path, seed: int, num_rollout: int | None, force: bool) -> No
     supervised steps, then trains it with GRPO on the real stack (Ray, sglang-router, engines,
     Megatron actor, weight sync) and reports the held-out reward before and after. It writes only
     under --out, uses free loopback ports, and stops exactly the processes it started.
-    Results: OUT/summary.json (reward_before, reward_after, wall_s, phase_s), OUT/reward.png.
+    Results: OUT/summary.json (reward_before, reward_after, wall_s, phase_s, next_steps),
+    OUT/reward.png, the trained model OUT/grpo/hf (HF) and OUT/grpo/checkpoint (Megatron).
+    The same --seed gives the same numbers (slime's --sglang-enable-deterministic-inference).
     """
-    from rich.console import Console
+    from slime_check.cli import _console
 
     cfg = QuickstartConfig(seed=seed)
     if num_rollout is not None:
         cfg.num_rollout = num_rollout
         cfg.eval_interval = max(1, min(cfg.eval_interval, num_rollout))
-    run_quickstart(out.resolve(), cfg, force, Console())
+    run_quickstart(out.resolve(), cfg, force, _console())  # piped: 200 columns, as prereqs and config
