@@ -42,6 +42,7 @@ import os
 import posixpath
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import yaml
@@ -150,7 +151,10 @@ class _Files:
 
 
 def _slime_module(rel: str, provided: dict) -> types.ModuleType:
-    return gen.exec_source(rel[:-3].replace("/", "."), (SOURCES / rel).read_text(), rel, provided)
+    with warnings.catch_warnings():  # slime's own source has a non-raw "\." in a help string
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return gen.exec_source(rel[:-3].replace("/", "."), (SOURCES / rel).read_text(), rel, provided)
 
 
 def _flags(record: dict, flags: list[str] | None = None) -> list[str]:
