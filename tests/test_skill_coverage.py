@@ -209,6 +209,26 @@ def test_snippet_passes_slimes_own_parse_args(page, index, spec, body):
     parse_snippet(page, spec, body)
 
 
+LAUNCH_SCRIPTS = sorted([*(f"skill/templates/{p.name}" for p in TEMPLATES.glob("run-*.sh")),
+                         *(f"examples/{p.name}" for p in (REPO / "examples").glob("run-*.sh"))])
+
+
+@pytest.mark.parametrize("script", LAUNCH_SCRIPTS)
+def test_templates_and_examples_pass_slimes_own_parse_args(script, tmp_path):
+    """The skill's own launch scripts, read as bash expands them, through slime v0.3.1's parse_args."""
+    from slime_check.launch_script import read_script
+    from slime_v031_parser import parse
+
+    env = {"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "0", "TINY": str(tmp_path), "OUT": str(tmp_path),
+           "WARM": str(tmp_path / "sft")}
+    reading = read_script(REPO / script, None, env)
+    assert reading.invocations, script
+    for invocation in reading.invocations:
+        args = parse([w.text for w in invocation.argv])
+        if invocation.entry == "train_async.py":
+            assert not args.colocate
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_every_slime_flag_block_of_the_pages_is_parsed(page):
     body = text(page)
