@@ -501,3 +501,56 @@ def test_the_quick_start_prints_piped_output_at_200_columns_as_prereqs_and_confi
     result = CliRunner().invoke(cli, ["quickstart", "--out", str(tmp_path / "qs")])
     assert result.exit_code == 0, result.output
     assert seen["console"].width == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# item 9: the same seed gives the same run
+
+
+_SHORT_QUICKSTART = """
+import sys
+from pathlib import Path
+from rich.console import Console
+from slime_check.quickstart import QuickstartConfig, run_quickstart
+cfg = QuickstartConfig(seed=0, warmup_steps=20, num_rollout=4, eval_interval=2)
+run_quickstart(Path(sys.argv[1]), cfg, True, Console(width=200))
+"""
+
+# what may differ between two runs of one seed: timings, and the engine-vs-trainer log-prob gap in its last
+# digits (the engine batches concurrent requests as they arrive; float sums then group differently)
+_MAY_DIFFER = ("perf/", "time", "train/train_rollout_logprob_abs_diff")
+
+
+@pytest.mark.slow
+def test_a_seed_repeats_exactly():
+    import json
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    base = Path(tempfile.mkdtemp(prefix="det-", dir="/tmp"))
+    try:
+        runs = []
+        for name in ("a", "b"):
+            result = subprocess.run([sys.executable, "-c", _SHORT_QUICKSTART, str(base / name)], capture_output=True,
+                                    text=True, timeout=900)
+            assert result.returncode == 0, result.stderr[-4000:] + result.stdout[-2000:]
+            runs.append(base / name)
+
+        def metrics(run, phase):
+            rows = [json.loads(line) for line in (run / phase / "metrics.jsonl").read_text().splitlines()]
+            return [{k: v for k, v in r.items() if not k.startswith(_MAY_DIFFER)} for r in rows]
+
+        for phase in ("warmup", "grpo"):
+            first, second = metrics(runs[0], phase), metrics(runs[1], phase)
+            assert len(first) > 3 and first == second, phase
+        grpo = metrics(runs[0], "grpo")
+        assert any("eval/arith" in r for r in grpo) and any("train/pg_loss" in r for r in grpo)
+        for phase in ("warmup", "grpo"):  # the trained weights, byte for byte
+            assert (runs[0] / phase / "hf" / "model.safetensors").read_bytes() == \
+                   (runs[1] / phase / "hf" / "model.safetensors").read_bytes(), phase
+        summaries = [json.loads((run / "summary.json").read_text()) for run in runs]
+        assert summaries[0]["reward_before"] == summaries[1]["reward_before"]
+        assert summaries[0]["reward_after"] == summaries[1]["reward_after"]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

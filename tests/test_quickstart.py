@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -39,21 +40,27 @@ def _wait_none_left(marker: str, timeout: float = 60) -> list[psutil.Process]:
     return left
 
 
-@pytest.fixture
-def short_tmp():
-    path = Path(tempfile.mkdtemp(prefix="qs-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+@pytest.fixture(scope="module")
+def quickstart_run():
+    """One quick start as the README runs it (``--out slime-quickstart`` in the working directory),
+    stdout piped; the tests below read what it printed and wrote."""
+    # a short path, as a user's usually is: Ray's socket paths under OUT/ray must fit 107 bytes
+    base = Path(tempfile.mkdtemp(prefix="qs-", dir="/tmp"))
+    cwd = base / "cwd"
+    cwd.mkdir()
+    out = cwd / "slime-quickstart"
+    umask = os.umask(0o022)
+    os.umask(umask)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "RAY_AUTH_MODE")}
+    result = subprocess.run(["slime-check", "quickstart", "--out", "slime-quickstart", "--seed", "0"], cwd=cwd,
+                            capture_output=True, text=True, timeout=900, env=env)
+    yield result, out, cwd, umask
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.slow
-def test_quickstart_raises_the_eval_reward_and_cleans_up(short_tmp):
-    # a short --out, as a user's usually is: Ray's socket paths under OUT/ray must fit 107 bytes
-    out = short_tmp / "qs"
-    cwd = short_tmp / "cwd"
-    cwd.mkdir()
-    result = subprocess.run(["slime-check", "quickstart", "--out", str(out), "--seed", "0"], cwd=cwd,
-                            capture_output=True, text=True, timeout=900, env={**os.environ, "COLUMNS": "160"})
+def test_quickstart_raises_the_eval_reward_and_cleans_up(quickstart_run):
+    result, out, cwd, _ = quickstart_run
     assert result.returncode == 0, result.stderr[-4000:] + result.stdout[-4000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["reward_after"] - summary["reward_before"] >= 0.3, summary["eval"]
@@ -61,14 +68,92 @@ def test_quickstart_raises_the_eval_reward_and_cleans_up(short_tmp):
     assert {"checks", "assets", "warmup", "grpo", "grpo/rollout", "grpo/train", "grpo/update_weights"} <= set(
         summary["phase_s"])
     assert (out / "reward.png").read_bytes()[:4] == b"\x89PNG"
-    assert "Next steps toward a real slime run" in result.stdout
     # every sync was checked: engines' log-probs equal the trainer's
     grpo = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
     checks = [r["perf/weight_check_max_abs_diff"] for r in grpo if "perf/weight_check_max_abs_diff" in r]
     assert checks and max(checks) <= 1e-5
-    # only under --out: nothing in the working directory, Ray's session files inside --out
-    assert list(cwd.iterdir()) == []
+    # item 4: the KL panel has a series that moves (KL to the warm-up model, logged, not trained on)
+    kl = [r["train/kl_loss"] for r in grpo if "train/kl_loss" in r]
+    assert kl and max(kl) > 0
+    # only under --out: nothing else in the working directory, Ray's session files inside --out
+    assert list(cwd.iterdir()) == [out]
     assert any((out / "ray").iterdir())
+    assert _wait_none_left(str(out)) == []
+
+
+@pytest.mark.slow
+def test_quickstart_output_reads_right_piped(quickstart_run):
+    """Items 5-8 and 10 of issue 44, on the rendered output of the shared run."""
+    result, out, _, umask = quickstart_run
+    assert result.returncode == 0, result.stderr[-4000:]
+    text = result.stdout + result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    # 5: the first eval is the summary's reward_before, labelled as before training
+    assert f"eval before training: arith {summary['reward_before']:.3f}" in result.stdout
+    assert "eval after rollout 0:" not in result.stdout
+    assert f"before training {summary['reward_before']:.3f} -> after" in result.stdout
+    # 6: the warm-up's bar ends with its loss, not a reward of 0
+    warm_bar = next(line for line in result.stdout.splitlines() if line.startswith("warm-up "))
+    assert "loss " in warm_bar and "reward" not in warm_bar and "generating" not in warm_bar
+    # 7: piped, the console is as wide as prereqs' and config's: no path is cut
+    assert "…" not in result.stdout
+    assert str(out / "reward.png") in result.stdout and str(out / "summary.json") in result.stdout
+    # 8: Ray's token-authentication notice is not shown (the run owns its Ray)
+    assert "Token authentication" not in text
+    # 10: what the run writes has the umask's usual mode
+    for path in [out / "summary.json", out / "reward.png", *(out / "grpo" / "hf").iterdir(),
+                 *(out / "warmup" / "hf").iterdir()]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+    assert stat.S_IMODE((out / "grpo" / "hf").stat().st_mode) == 0o777 & ~umask
+
+
+@pytest.mark.slow
+def test_the_trained_model_is_saved_and_exported_as_hf(quickstart_run):
+    """Item 3: the GRPO-trained model is a Megatron checkpoint and an HF copy, and differs from the warm-up."""
+    from safetensors.torch import load_file
+
+    result, out, _, _ = quickstart_run
+    assert result.returncode == 0, result.stderr[-4000:]
+    args = json.loads((out / "grpo" / "args.json").read_text())
+    assert args["save"] == str(out / "grpo" / "checkpoint") and args["save_hf"] == str(out / "grpo" / "hf")
+    assert any((out / "grpo" / "checkpoint").iterdir())
+    trained = load_file(out / "grpo" / "hf" / "model.safetensors")
+    warm = load_file(out / "warmup" / "hf" / "model.safetensors")
+    assert trained.keys() == warm.keys()
+    assert any(not (trained[k] == warm[k]).all() for k in trained)
+    assert (out / "grpo" / "hf" / "tokenizer.json").is_file() and (out / "grpo" / "hf" / "config.json").is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["outputs"]["trained_model_hf"] == str(out / "grpo" / "hf")
+
+
+def _printed_next_steps(stdout: str) -> list[str]:
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Next steps, from this directory"))
+    commands = []
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        if not line.startswith("      "):  # a command; its description is indented further
+            commands.append(line.strip())
+    return commands
+
+
+@pytest.mark.slow
+def test_the_next_steps_run_as_printed(quickstart_run):
+    """Item 2: each printed next step runs, as printed, from the directory the quick start ran in."""
+    result, out, cwd, _ = quickstart_run
+    assert result.returncode == 0, result.stderr[-4000:]
+    commands = _printed_next_steps(result.stdout)
+    assert commands == json.loads((out / "summary.json").read_text())["next_steps"]
+    assert commands[0].startswith("slime-ref generate slime-quickstart/grpo/hf ")
+    assert any(c.startswith("slime-check smoke --env TINY=slime-quickstart/assets") for c in commands)
+    for command in commands:
+        ran = subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True, timeout=900)
+        assert ran.returncode == 0, f"{command}\n{ran.stdout[-3000:]}\n{ran.stderr[-3000:]}"
+        if command.startswith("slime-ref generate"):
+            answers = [line for line in ran.stdout.splitlines() if "  ->  " in line]
+            assert len(answers) == 3 and any("\\boxed{" in line for line in answers), ran.stdout
+    assert list(cwd.iterdir()) == [out]  # the smoke's files too stay under the quick start's folder
     assert _wait_none_left(str(out)) == []
 
 
