@@ -156,12 +156,16 @@ def load(path: Path) -> dict:
 def from_results(path: Path) -> dict[str, list[tuple[str, dict]]]:
     """A committed results file: {"train_throughput": {"processes": [...]}, "grpo_step_gpu": {...},
     "engine_throughput": {...}}, any of them."""
-    data = load(path)
+    return from_results_data(load(path), str(path))
+
+
+def from_results_data(data: dict, source: str) -> dict[str, list[tuple[str, dict]]]:
+    """from_results on a results file already read; ``source`` names it in messages."""
     keys = {"train": "train_throughput", "grpo": "grpo_step_gpu", "rollout": "engine_throughput"}
-    parts = {part: [(f"{path} {key}[{i}]", p) for i, p in enumerate(data[key]["processes"])]
+    parts = {part: [(f"{source} {key}[{i}]", p) for i, p in enumerate(data[key]["processes"])]
              for part, key in keys.items() if isinstance(data.get(key), dict) and data[key].get("processes")}
     if not parts:
-        raise BadInput(f"{path}: none of {', '.join(keys.values())} with processes")
+        raise BadInput(f"{source}: none of {', '.join(keys.values())} with processes")
     return parts
 
 
