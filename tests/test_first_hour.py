@@ -204,6 +204,11 @@ def test_a_large_file_is_checked_in_parts_with_the_right_line_numbers(tmp_path, 
 
     monkeypatch.setattr(check, "PARALLEL_FROM", 1 << 20)
     monkeypatch.setattr(check.os, "cpu_count", lambda: 4)
+
+    def serially(*args, **kwargs):
+        raise AssertionError("the file was read in this process, not in parts")
+
+    monkeypatch.setattr(check, "_scan", serially)  # the parts' own processes do not see this
     row = '{"prompt": "' + "y" * 100 + '", "label": "1"}\n'
     lines = [row] * 30_000  # ~3.5 MB: four parts
     lines[10] = "\n"
