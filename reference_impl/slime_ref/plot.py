@@ -25,8 +25,7 @@ PANELS = [
 
 # why a series that never moves is 0, for the ones whose reason does not depend on the run
 ALWAYS_ZERO_WHY = {
-    "train/ppo_kl": "the policy trained on is the one that sampled\n(one optimizer step per rollout: "
-                    "--global-batch-size = all its samples)",
+    "train/ppo_kl": "one optimizer step per rollout trains the policy that sampled",
     "train/kl_loss": "the policy has not moved from the reference model",
 }
 
@@ -60,8 +59,9 @@ def _eval_before_training(records: list[dict], key: str) -> bool:
 def _legend_below(ax) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
+        ncol = 1 if max(len(label) for label in labels) > 40 else min(3, len(labels))
         ax.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2),
-                  ncol=min(3, len(labels)), frameon=False)
+                  ncol=ncol, frameon=False)
 
 
 def _draw_reward(ax, records: list[dict]) -> bool:
@@ -100,11 +100,12 @@ def _draw_series(ax, records: list[dict], keys: list[str]) -> bool:
             continue
         ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
         drawn = True
-    if zero:
-        notes = [f"{key} is 0 at every rollout" + (f":\n{ALWAYS_ZERO_WHY[key]}" if key in ALWAYS_ZERO_WHY else "")
-                 for key in zero]
-        ax.text(0.5, 0.5 if not drawn else 0.9, "\n".join(notes), ha="center", va="center",
-                transform=ax.transAxes, color="dimgray", fontsize=8)
+    for key in zero:  # a legend entry without a line, below the panel, never over a curve
+        why = f": {ALWAYS_ZERO_WHY[key]}" if key in ALWAYS_ZERO_WHY else ""
+        ax.plot([], [], " ", label=f"{key} is 0 at every rollout{why}")
+    if zero and not drawn:
+        ax.text(0.5, 0.5, "0 at every rollout (see below)", ha="center", va="center", transform=ax.transAxes,
+                color="dimgray", fontsize=9)
     return drawn or bool(zero)
 
 
