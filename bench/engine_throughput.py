@@ -379,7 +379,7 @@ def split_sglang_flags(text: str) -> list[str]:
 
 # SGLang's attention backend for the GPU benches (engine_throughput, grpo_step, gpu_sharing). flashinfer's
 # decode kernel reads the K/V cache faster than triton's: at 512 x 512 on one H200, 43.7k generated tok/s
-# against 36-38k (bench/README.md, "flashinfer attention"). Its kernels are compiled on the server's
+# against 36-38k (bench/LOG.md, "flashinfer attention"). Its kernels are compiled on the server's
 # first start (about 80 s more); triton needs no compiler.
 GPU_ATTENTION_BACKEND = "flashinfer"
 
@@ -390,9 +390,10 @@ GPU_ATTENTION_BACKEND = "flashinfer"
 _BACKEND_NEEDS = {
     "flashinfer": ("flashinfer", ["data/cccl/libcudacxx/include", "data/cccl/cub", "data/cccl/thrust",
                                   "data/cutlass/include", "data/spdlog/include"],
-                   "install the wheel groups of bench/gpu/make_wheels.sh, which keep flashinfer's headers"),
+                   "install flashinfer-python whole (.[sglang], or bench/gpu/build_sglang_wheelset.sh's set), "
+                   "which keeps them"),
     "fa3": ("sgl_kernel", ["flash_ops.abi3.so"],
-            "install sglang-kernel with its FA3 library (bench/gpu/make_fa3_pieces.sh)"),
+            "install sglang-kernel whole, with its FA3 library (the slim wheel set leaves it out)"),
 }
 
 
@@ -513,7 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cuda-graph", action="store_true", help="sglang: run decode without CUDA graphs")
     p.add_argument("--attention-backend", default=GPU_ATTENTION_BACKEND,
                    help="sglang: SGLang's attention backend: flashinfer (compiled on the first start), triton "
-                        "(no compiler needed) or fa3 (needs the pieces of gpu/make_fa3_pieces.sh)")
+                        "(no compiler needed) or fa3 (needs sglang-kernel's FA3 library)")
     p.add_argument("--repeats", type=int, default=3, help="sglang: rounds per rate; the median is reported")
     p.add_argument("--profile-steps", type=int, default=0,
                    help="sglang: after the rounds, profile one more round's first N forward passes (SGLang's "

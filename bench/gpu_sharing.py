@@ -4,7 +4,7 @@ A GRPO step on one GPU runs its rollout, then its training: 6.3 s + 3.1 s on an 
 (``grpo_step.py --gpu``). Training on rollout N while rollout N+1 generates (slime's
 ``train_async.py``) hides the training only as far as the rollout leaves the GPU idle and two
 processes' kernels can share it. Without MPS they take turns; under MPS they can run side by side.
-This measures what sharing gives (bench/README.md, 2026-12-04: 1.03x taking turns, 1.18x under MPS).
+This measures what sharing gives (bench/LOG.md, 2026-12-04: 1.03x taking turns, 1.18x under MPS).
 
 Real SGLang serves the GRPO rollout's shape (512 requests, 13-token prompts, 512 new tokens,
 ``return_logprob``, Qwen3-0.6B shape, random bf16 weights) while a second process trains the same

@@ -22,7 +22,7 @@ first two rollouts (``step_summary``); TRL, its first step.
     python bench/grpo_step.py --gpu --dry-run         # anywhere: build a small model, parse every flag
 
 ``--gpu`` needs SGLang (``.[sglang]``) and TRL (``.[bench]``); offline GPU machines: see
-bench/gpu/make_wheels.sh.
+bench/README.md.
 """
 
 from __future__ import annotations
@@ -287,7 +287,7 @@ def main() -> None:
     p.add_argument("--no-cuda-graph", action="store_true", help="--gpu: SGLang without CUDA graphs (faster start)")
     p.add_argument("--attention-backend", default=GPU_ATTENTION_BACKEND,
                    help="--gpu: SGLang's attention backend: flashinfer (compiled on the first start), triton (no "
-                        "compiler needed) or fa3 (needs the pieces of gpu/make_fa3_pieces.sh)")
+                        "compiler needed) or fa3 (needs sglang-kernel's FA3 library)")
     p.add_argument("--sglang-flags", default="", metavar="FLAGS",
                    help="--gpu: more SGLang server flags for ours, in slime's --sglang-* spelling, one quoted string "
                         "(e.g. \"--sglang-page-size 16\"); they come after the recipe's, so they win")

@@ -1,4 +1,5 @@
-# Sourced by the GPU scripts beside it. PYTHON: the interpreter that runs pip (default python3).
+# Sourced by the offline-set builders beside it and by dev/offline-wheels/. PYTHON: the interpreter
+# that runs pip (default python3).
 PYTHON=${PYTHON:-python3}
 
 # download DEST SPEC...: wheels for CPython 3.12 on manylinux x86_64 (the GPU machine), whatever this
@@ -15,7 +16,3 @@ download() {
 
 # wheeltools ARGS...: bench/gpu/wheeltools.py (repack, patch, group)
 wheeltools() { "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/wheeltools.py" "$@"; }
-
-# where flashinfer's JIT and triton keep the kernels they compile on a machine's first SGLang start
-FLASHINFER_CACHE=${FLASHINFER_WORKSPACE_BASE:-$HOME}/.cache/flashinfer
-TRITON_CACHE=${TRITON_CACHE_DIR:-$HOME/.triton/cache}

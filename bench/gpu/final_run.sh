@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The final run for the GPU speed targets, one device call at a time: each JOB is one bench process,
-# its JSON written to $OUT/JOB.json and a line of what happened to $OUT/final_run.log.
+# The final run for the GPU speed targets: each JOB is one bench process, its JSON written to
+# $OUT/JOB.json and a line of what happened to $OUT/final_run.log. Run the jobs in separate processes,
+# three of each, orders alternated (t1 t2 t3: ours first, HF first, ours first).
 #
-#   bash bench/gpu/final_run.sh e1 t1        # e1..eN engine_throughput at 512 x 512 (the rollout), 64
+#   bash bench/gpu/final_run.sh e1 e2 e3     # eN     engine_throughput at 512 x 512 (the rollout), 64
 #                                            #        requests of 8 prompts, as the GRPO rollout sends them
-#   bash bench/gpu/final_run.sh g1 t2        # tN     train_throughput, ours first for odd N, HF first for even
-#   bash bench/gpu/final_run.sh g2 e2        # gN     grpo_step.py --gpu, ours then TRL (GRPO_FLAGS="..."
+#   bash bench/gpu/final_run.sh t1 t2 t3     # tN     train_throughput, ours first for odd N, HF first for even
+#   bash bench/gpu/final_run.sh g1 g2 g3     # gN     grpo_step.py --gpu, ours then TRL (GRPO_FLAGS="..."
 #                                            #        adds its flags, e.g. "--trl-steps 2": one TRL step
 #                                            #        timed, about 30 s less a process)
 #   bash bench/gpu/final_run.sh tests        # tests  the GPU tests (pytest -m gpu)
@@ -22,62 +23,43 @@
 #                                            #   xnolog  SGLang's HTTP log at warning
 #                                            #   xgc     SGLang's /freeze_gc after warm-up
 #
-# A device call stops at 10 minutes and whatever runs then is lost, so a job starts only when the
-# call has its usual duration left (CALL_S, default 585 s, counted from this script's start; the
-# durations below are 2026-12-04's on one H200, rounded up); otherwise it is skipped, and the log says
-# so. The machine's first SGLang start compiles flashinfer's kernels (about 3 more minutes): give the
-# first e or g job a call of its own, or pair it with a t job only.
-# Afterwards, here: python bench/speed_targets.py --train t*.json --rollout e*.json --grpo g*.json
+# On one H200 a rollout process takes about 2 minutes, a training one 1, a GRPO one 5, plus about 3
+# minutes for the machine's first SGLang start (flashinfer compiles its kernels).
+# Afterwards: python bench/speed_targets.py --train t*.json --rollout e*.json --grpo g*.json
 set -uo pipefail
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 if [ -z "${OUT:-}" ] || [ ! -d "$OUT" ]; then
-  echo "final_run.sh: \$OUT must be a folder (the device call's output folder) for the JSON and the log" >&2
+  echo "final_run.sh: \$OUT must be a folder for the JSON and the log" >&2
   exit 2
 fi
-CALL_S=${CALL_S:-585}
 export PYTHONPATH=$REPO/reference_impl:$REPO/bench${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-source "$REPO/bench/gpu/common.sh"
 cd "$REPO"
-started=$SECONDS
-
-expected_s() {  # a job's usual duration on a machine whose first SGLang start is done
-  case $1 in
-    e[0-9]*) echo 130 ;; t[0-9]*) echo 70 ;; g[0-9]*) echo 330 ;; tests) echo 300 ;; http) echo 60 ;;
-    xbatch) echo 220 ;; xtok4|xnotok|xnolog|xgc) echo 130 ;;
-  esac
-}
 
 for job in "$@"; do
-  need=$(expected_s "$job")
-  if [ -z "$need" ]; then
-    echo "final_run.sh: unknown job '$job'; jobs are eN (rollout), tN (training), gN (GRPO step), tests, http," \
-         "xbatch, xtok4, xnotok, xnolog, xgc" >&2
-    exit 2
-  fi
+  case $job in
+    e[0-9]*|t[0-9]*|g[0-9]*|tests|http|xbatch|xtok4|xnotok|xnolog|xgc) ;;
+    *) echo "final_run.sh: unknown job '$job'; jobs are eN (rollout), tN (training), gN (GRPO step), tests, http," \
+            "xbatch, xtok4, xnotok, xnolog, xgc" >&2
+       exit 2 ;;
+  esac
 done
 
 rollout() {  # the rollout bench (eN's), with the job's own flags after it
-  timeout "$left" python3 bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 \
+  python3 bench/engine_throughput.py --engine sglang --concurrency 512 --prompt-tokens 13 \
     --new-tokens 512 --skip-hf --logprob-only --gpu-util "$@" --work-dir "/tmp/final-run-$job" \
     >"$OUT/$job.json" 2>"/tmp/final-run-$job.err"
 }
 for job in "$@"; do
-  need=$(expected_s "$job")
-  left=$((CALL_S - (SECONDS - started)))
-  if [ "$left" -lt "$need" ]; then
-    echo "$job skipped: ${left} s left in this call, it takes about ${need} s" | tee -a "$OUT/final_run.log"
-    continue
-  fi
   t0=$SECONDS
   case $job in
     e[0-9]*) rollout --prompts-per-request 8 ;;
     t[0-9]*) order=ours,hf_sdpa; [ $(( ${job#t} % 2 )) -eq 0 ] && order=hf_sdpa,ours
-        timeout "$left" python3 bench/train_throughput.py --variants "$order" --out "$OUT/$job.json" \
+        python3 bench/train_throughput.py --variants "$order" --out "$OUT/$job.json" \
           >/dev/null 2>"/tmp/final-run-$job.err" ;;
-    g[0-9]*) timeout "$left" python3 bench/grpo_step.py --gpu ${GRPO_FLAGS:-} --workdir "/tmp/final-run-$job" \
+    g[0-9]*) python3 bench/grpo_step.py --gpu ${GRPO_FLAGS:-} --workdir "/tmp/final-run-$job" \
           >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
-    tests) timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_megatron_gpu.py \
+    tests) python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_megatron_gpu.py \
              tests/test_sglang_gpu.py >"/tmp/final-run-$job.err" 2>&1 ;;
     xbatch) rollout --prompts-per-request 1 8 64 512 ;;
     # --sglang-flags=...: argparse would take a lone "--sglang-..." after --sglang-flags for an option
@@ -85,20 +67,15 @@ for job in "$@"; do
     xnotok) rollout "--sglang-flags=--sglang-skip-tokenizer-init" ;;
     xnolog) rollout "--sglang-flags=--sglang-log-level-http warning" ;;
     xgc) rollout --freeze-gc ;;
-    http) timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 --rollout-imports \
+    http) python3 bench/rollout_http.py --prompts-per-request 1 8 --rollout-imports \
             >"$OUT/http.json" 2>"/tmp/final-run-$job.err" &&
-          timeout "$left" python3 bench/rollout_http.py --prompts-per-request 1 8 --rollout-imports --freeze-gc \
+          python3 bench/rollout_http.py --prompts-per-request 1 8 --rollout-imports --freeze-gc \
             >"$OUT/http-frozen.json" 2>>"/tmp/final-run-$job.err" ;;
   esac
   rc=$?
   { echo "$job rc=$rc $((SECONDS - t0)) s, done at $(date +%T)"
     grep -v "Health check" "/tmp/final-run-$job.err" | grep -v '^\s*$' | tail -8; } >>"$OUT/final_run.log"
 done
-# the kernels compiled on the machine's first SGLang start (flashinfer's and triton's): their size says
-# whether they could come back through $OUT and travel to the next machine instead of compiling again
-{ echo "compiled-kernel caches:"
-  du -sh "$FLASHINFER_CACHE" "$TRITON_CACHE" 2>&1; } \
-  >>"$OUT/final_run.log"
 if command -v nvidia-smi >/dev/null; then  # the clocks and temperature the processes ended at
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$OUT/final_run.log" 2>&1
 fi

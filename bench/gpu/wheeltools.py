@@ -1,19 +1,14 @@
-"""Wheel surgery and packing for the offline GPU machine's install sets (used by the scripts beside it).
+"""Wheel surgery and packing for the offline GPU sets (build_sglang_wheelset.sh, make_slime_set.sh).
 
     python wheeltools.py repack SRC.whl DST.whl GLOB...        copy a wheel without the members matching GLOB
     python wheeltools.py patch SRC.whl DST.whl STRIP PATCH...  copy a wheel with unified diffs applied to it
     python wheeltools.py group SRC_DIR OUT_DIR PREFIX MIB      pack SRC_DIR's files into OUT_DIR/PREFIX1, 2, ...
-    python wheeltools.py split FILE OUT_DIR PREFIX MIB         cut FILE into pieces, one per OUT_DIR/PREFIXn
-    python wheeltools.py join STORE                            rebuild the file whose pieces STORE holds
 
 Every wheel written keeps its name and version, and its RECORD lists exactly the files it holds with
 their true sha256 and size, so ``pip install`` and ``pip show -f`` describe what is really there.
-``group`` fills folders of at most MIB MiB each (first fit, largest file first): one device call
-carries one folder. A file bigger than one call travels as ``split`` pieces: each folder holds one
-piece and the manifest ``NAME.pieces.json`` (sizes and sha256 of the pieces and of the whole file);
-on the GPU machine the pieces gather in one folder over back-to-back calls, and ``join`` checks every
-piece and the whole against the manifest before it writes the file (atomically, beside the pieces).
-Exit 2, naming what is wrong, when a piece is missing or damaged.
+``group`` fills folders of at most MIB MiB each (first fit, largest file first), for a medium that
+carries a limited size at a time; a large MIB gives one folder. A single file larger than that travels
+in pieces: dev/offline-wheels/pieces.py.
 """
 
 from __future__ import annotations
@@ -23,8 +18,6 @@ import csv
 import fnmatch
 import hashlib
 import io
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -120,69 +113,6 @@ def group(src: Path, out: Path, prefix: str, mib: int) -> None:
         print(f"{folder}: {len(g)} files, {sum(p.stat().st_size for p in g) / 2**20:.1f} MiB")
 
 
-MANIFEST_SUFFIX = ".pieces.json"
-
-
-def split(src: Path, out: Path, prefix: str, mib: int) -> None:
-    limit = mib * 2**20
-    size = src.stat().st_size
-    count = max(1, -(-size // limit))
-    whole = hashlib.sha256()
-    pieces = []
-    for old in out.glob(f"{prefix}[0-9]*"):
-        shutil.rmtree(old)
-    with open(src, "rb") as f:  # one pass: each piece and the whole file hashed as they are read
-        for i in range(1, count + 1):
-            data = f.read(limit)
-            whole.update(data)
-            piece = f"{src.name}.part{i:03d}of{count:03d}"
-            folder = out / f"{prefix}{i}"
-            folder.mkdir(parents=True)
-            (folder / piece).write_bytes(data)
-            pieces.append({"file": piece, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-    text = json.dumps({"name": src.name, "size": size, "sha256": whole.hexdigest(), "pieces": pieces}, indent=1)
-    for i in range(1, count + 1):
-        (out / f"{prefix}{i}" / (src.name + MANIFEST_SUFFIX)).write_text(text)
-    print(f"{src.name}: {count} pieces of at most {mib} MiB in {out}/{prefix}1..{count}")
-
-
-def join(store: Path) -> Path | None:
-    """Rebuild the file whose pieces ``store`` holds; None (and what is still missing) while incomplete."""
-    manifests = sorted(store.glob("*" + MANIFEST_SUFFIX))
-    if len(manifests) != 1:
-        _fail(f"{store}: expected one *{MANIFEST_SUFFIX} manifest, found {len(manifests)}; carry a folder split wrote")
-    manifest = json.loads(manifests[0].read_text())
-    missing = [i for i, p in enumerate(manifest["pieces"], 1) if not (store / p["file"]).is_file()]
-    if missing:
-        print(f"{store}: {len(manifest['pieces']) - len(missing)} of {len(manifest['pieces'])} pieces of "
-              f"{manifest['name']}; still to carry: {', '.join(map(str, missing))}")
-        return None
-    dst = store / manifest["name"]
-    tmp = store / (manifest["name"] + ".partial")
-    whole = hashlib.sha256()
-    with open(tmp, "wb") as out:  # one pass: each piece checked as it is appended
-        for p in manifest["pieces"]:
-            data = (store / p["file"]).read_bytes()
-            if len(data) != p["size"] or hashlib.sha256(data).hexdigest() != p["sha256"]:
-                out.close()
-                tmp.unlink()
-                _fail(f"{store / p['file']}: damaged (size or sha256 differs from the manifest); "
-                      "carry that piece again")
-            whole.update(data)
-            out.write(data)
-    if whole.hexdigest() != manifest["sha256"]:
-        tmp.unlink()
-        _fail(f"{dst}: the joined file's sha256 differs from the manifest; split it again")
-    os.replace(tmp, dst)
-    print(f"{dst}: joined from {len(manifest['pieces'])} pieces, {manifest['size'] / 2**20:.1f} MiB, sha256 checked")
-    return dst
-
-
-def _fail(message: str) -> None:
-    print(f"wheeltools: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def main(argv: list[str]) -> None:
     if len(argv) >= 4 and argv[0] == "repack":
         repack(Path(argv[1]), Path(argv[2]), argv[3:])
@@ -190,10 +120,6 @@ def main(argv: list[str]) -> None:
         patch(Path(argv[1]), Path(argv[2]), int(argv[3]), [Path(p) for p in argv[4:]])
     elif len(argv) == 5 and argv[0] == "group":
         group(Path(argv[1]), Path(argv[2]), argv[3], int(argv[4]))
-    elif len(argv) == 5 and argv[0] == "split":
-        split(Path(argv[1]), Path(argv[2]), argv[3], int(argv[4]))
-    elif len(argv) == 2 and argv[0] == "join":
-        join(Path(argv[1]))
     else:
         sys.exit(__doc__)
 

@@ -50,7 +50,7 @@ _ROUTER_OWNED = {"host", "port", "worker-urls", "prometheus-port"}
 def sglang_offline_gpu_flags(attention_backend: str = "triton") -> list[str]:
     """Real SGLang 0.5.15.post1 flags known to start on an offline H200 with the slim wheel set
     (bench/gpu/build_sglang_wheelset.sh): triton attention and torch sampling need no FA3 kernels;
-    ``fa3`` needs the FA3 library of bench/gpu/make_fa3_pieces.sh."""
+    ``fa3`` needs the FA3 library of dev/offline-wheels/make_fa3_pieces.sh."""
     return [
         "--sglang-mem-fraction-static", "0.3", "--sglang-attention-backend", attention_backend,
         "--sglang-sampling-backend", "pytorch", "--sglang-grammar-backend", "none",

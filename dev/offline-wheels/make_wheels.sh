@@ -19,22 +19,22 @@
 #
 # On the GPU machine, one group per call, into one target directory that stays between calls:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target .whl/site .whl/gpuN/*.whl
-# then run with PYTHONPATH=.whl/site:reference_impl (the README of bench/ has the exact sequence).
+# then run with PYTHONPATH=.whl/site:reference_impl (README.md beside this file has the sequence).
 #
-# Usage: bench/gpu/make_wheels.sh [OUT_DIR]   (default .whl)
+# Usage: dev/offline-wheels/make_wheels.sh [OUT_DIR]   (default .whl)
 set -euo pipefail
 
 OUT=${1:-.whl}
 GROUP_MIB=${GROUP_MIB:-56}
-HERE=$(cd "$(dirname "$0")" && pwd)
+GPU=$(cd "$(dirname "$0")/../../bench/gpu" && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/all"
 
-source "$(dirname "$0")/common.sh"
+source "$GPU/common.sh"
 
 echo "building the slim SGLang set ..."
-bash "$HERE/build_sglang_wheelset.sh" "$WORK/sglang" >/dev/null
+bash "$GPU/build_sglang_wheelset.sh" "$WORK/sglang" >/dev/null
 cp "$WORK"/sglang/*.whl "$WORK/all/"   # not $WORK/sglang/test: the GPU machine has pytest
 
 echo "downloading ray, sglang-router, megatron-core, trl and its missing dependencies ..."

@@ -3,10 +3,11 @@
 # so that the next machine's first SGLang start does not compile them again (about 3 minutes on an H200
 # machine's 16 cores).
 #
-#   bash bench/gpu/kernel_cache.sh pack DIR     # on the machine that compiled them: DIR/kernels.tgz.partNN,
-#                                               # PART_MIB (15) MiB each, if the archive is at most
-#                                               # MAX_MIB (75) MiB; otherwise nothing, and it says so
-#   bash bench/gpu/kernel_cache.sh unpack DIR   # on the next machine, once flashinfer is installed
+#   bash dev/offline-wheels/kernel_cache.sh pack DIR    # on the machine that compiled them:
+#                                                       # DIR/kernels.tgz.partNN, PART_MIB (15) MiB each, if
+#                                                       # the archive is at most MAX_MIB (75) MiB; otherwise
+#                                                       # nothing, and it says so
+#   bash dev/offline-wheels/kernel_cache.sh unpack DIR  # on the next machine, once flashinfer is installed
 #
 # What travels: each flashinfer module's library (cached_ops/NAME/NAME.so, not its object files) and
 # triton's whole cache. unpack puts the libraries where flashinfer looks for ahead-of-time builds
@@ -14,7 +15,9 @@
 # which compiles again whatever is older than the sources the wheel has just installed.
 set -euo pipefail
 
-source "$(dirname "$0")/common.sh"
+# where flashinfer's JIT and triton keep the kernels they compile on a machine's first SGLang start
+FLASHINFER_CACHE=${FLASHINFER_WORKSPACE_BASE:-$HOME}/.cache/flashinfer
+TRITON_CACHE=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
 PART_MIB=${PART_MIB:-15}
 MAX_MIB=${MAX_MIB:-75}
 
