@@ -167,7 +167,7 @@ def test_the_prompt_check_passes_good_files_and_counts_their_rows(tiny, tmp_path
     assert check_prompt_file(str(tmp_path / "p.parquet"), "--prompt-data", keys) == 1
     from slime_ref.errors import UserError
 
-    with pytest.raises(UserError, match=r"no column 'label' \(--label-key label\)"):
+    with pytest.raises(UserError, match=r"--label-key 'label': row 1 of .*q.parquet has no such key \(the --prompt"):
         pq.write_table(pa.table({"prompt": ["1+1="]}), tmp_path / "q.parquet")
         check_prompt_file(str(tmp_path / "q.parquet"), "--prompt-data", keys)
     (tmp_path / "notparquet.parquet").write_bytes(b"\x00\x01binary")

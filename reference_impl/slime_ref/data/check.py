@@ -185,7 +185,8 @@ def _check_parquet(path: str, flag: str, keys: dict[str, str], row_slice: slice 
     names = meta.schema_arrow.names
     for key, key_flag in keys.items():
         if key not in names:
-            raise UserError(f"{flag} {path}: no column {key!r} ({key_flag} {key}); its columns: {', '.join(names)}")
+            raise UserError(f"{key_flag} {key!r}: row 1 of {path} has no such key (the {flag} file's columns: "
+                            f"{', '.join(names)})")
     total = meta.metadata.num_rows
     rows = len(range(total)[row_slice]) if row_slice is not None else total
     if rows == 0:
