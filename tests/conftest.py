@@ -35,6 +35,7 @@ def _cuda_available() -> bool:
 FAST_MODULES = {
     "test_algo_advantages.py", "test_algo_kl.py", "test_algo_losses.py", "test_arguments.py", "test_assets.py",
     "test_hook_check.py", "test_readme_install.py", "test_skill_claims.py", "test_skill_coverage.py",
+    "test_bench_results_table.py",
     "test_bench_decode_roofline.py", "test_ci_skips.py", "test_compat_layouts.py", "test_data_source.py",
     "test_eval_config.py", "test_fileio.py", "test_flag_registries.py", "test_gc_settings.py",
     "test_outside_services.py", "test_package_imports.py", "test_ports.py", "test_rewards.py",
