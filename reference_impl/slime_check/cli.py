@@ -197,6 +197,89 @@ def config(slime_dir, slime_version, env, as_json, script_or_args) -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--gpu", default=None, metavar="NAME|SIZE",
+              help="The GPU the job runs on: H100-80GB, H200-141GB, A100-80GB, ... or a usable size such as 79.2GiB.")
+@click.option("--fixture", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A `slime-check capture` of the GPU machine: its GPU memory and host RAM.")
+@click.option("--host-ram", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GIB",
+              help="Host RAM per node in GiB (else the capture's).")
+@click.option("--prompt-len", type=click.IntRange(min=1), default=None, metavar="TOKENS",
+              help="Longest prompt in tokens (default: --rollout-max-prompt-len, else 1024, said in the report).")
+@click.option("--slime-dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="A slime checkout: sourced scripts/models/*.sh are read from it.")
+@click.option("--slime-version", type=click.Choice(["v0.3.1", "main"]), default=None, help=SLIME_VERSION_HELP)
+@click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
+              help="A variable the script reads from the environment (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan and the findings as JSON.")
+@click.argument("script_or_args", nargs=-1, required=True, type=click.UNPROCESSED)
+def plan(gpu, fixture, host_ram, prompt_len, slime_dir, slime_version, env, as_json, script_or_args) -> None:
+    """Will it fit? Per-GPU peak memory of a launch script's job, before it runs.
+
+    \b
+      slime-check plan --gpu H100-80GB --env NUM_GPUS=8 scripts/run-qwen3-4B.sh
+      slime-check plan --fixture capture.txt -- --hf-checkpoint DIR ...   (a train.py argv)
+
+    Training (Megatron: weights, gradients, the distributed optimizer, activations, fp32 logits),
+    the log-prob pass, rollout (SGLang: weights, the static KV pool, CUDA graphs) and the weight
+    update, per GPU and together where colocated; host RAM per node. Model shapes come from the
+    --hf-checkpoint config.json when it is here, else from MODEL_ARGS.
+
+    \b
+    Exact: parameter, gradient, optimizer and logit bytes, SGLang's pool and KV arithmetic, host copies.
+    Estimate: activations (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198, without the
+    attention-score term that flash attention never stores), CUDA contexts, NCCL, CUDA graphs.
+    Each line of the table says which it is. No GPU and no torch are needed.
+
+    A peak over the card is a FAIL, within 10% of it a WARN, each with the knob that fixes it and its cost.
+    Exit status: 0 when nothing FAILs, 1 when something does, 2 on usage errors.
+    """
+    from slime_check.findings import counts, exit_code, render
+    from slime_check.launch_script import Origin, ScriptError, Word, read_script
+    from slime_check.plan import GIB
+    from slime_check.plan_report import card_from, findings, plan_argv, to_dict
+    from slime_check.plan_report import render as render_plan
+    from slime_check.slime_identity import registry_for
+    from slime_common.errors import UserError
+
+    variables = _env_pairs(env)
+    identity = _identify(slime_dir, slime_version)
+    reg, _ = registry_for(identity, slime_dir)
+    card, host = card_from(gpu, fixture)
+    if host_ram is not None:
+        host = int(host_ram * GIB)
+    args = list(script_or_args)
+    plans = []
+    if args[0].startswith("-"):
+        argv = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(args)]
+        plans.append(plan_argv(argv, reg, identity.target, "command-line arguments", card, host, prompt_len))
+    else:
+        for item in args:
+            if not Path(item).is_file():
+                raise UserError(f"{item}: no such script (give launch scripts, or `--` and train.py arguments)")
+            try:
+                reading = read_script(item, slime_dir, variables)
+            except ScriptError as e:
+                raise UserError(f"{e} (the script could not be parsed)") from e
+            if not reading.invocations:
+                raise UserError(f"{item}: no `python train.py` or `python train_async.py` command found")
+            for inv in reading.invocations:
+                title = f"{item} ({inv.entry} at {inv.origin})"
+                plans.append(plan_argv(inv.argv, reg, identity.target, title, card, host, prompt_len))
+    reports = [(p, findings(p)) for p in plans]
+    every = [f for _, fs in reports for f in fs]
+    if as_json:
+        click.echo(json.dumps({"slime": identity.to_json(), "summary": counts(every),
+                               "plans": [{**to_dict(p), "findings": [f.to_dict() for f in fs]} for p, fs in reports]},
+                              indent=2))
+    else:
+        console = _console()
+        for p, fs in reports:
+            render_plan(p, console)
+            render(fs, f"slime-check plan: {p.title}", console)
+    sys.exit(exit_code(every))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
 @click.option("--slime-dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="A slime checkout: sourced scripts are read from it; --with slime runs its train.py.")
 @click.option("--with", "engine", type=click.Choice(["slime", "slime-ref"]), default=None,

@@ -1,0 +1,660 @@
+"""``slime-check plan``: will the job fit? The per-GPU peak memory of a slime job, before it runs.
+
+Pure arithmetic on the job's shapes and flags: no torch, no GPU. What is exact and what is an
+estimate is stated on every line of the report (``Item.kind``):
+
+exact (bytes, given the shapes and flags; checked against megatron-core in tests/test_plan_megatron.py)
+  * parameters per GPU under Megatron's TP/PP/EP/expert-TP layout, the vocabulary padded to
+    ``--make-vocab-size-divisible-by`` x TP; bf16 weights; the gradient buffer (fp32 with
+    ``--accumulate-allreduce-grads-in-fp32``, else bf16); the distributed optimizer's fp32 master
+    weights and two Adam moments, sharded over DP x CP (experts over the expert-data-parallel
+    group; slime always turns the distributed optimizer on), on the host under
+    ``--optimizer-cpu-offload``. Megatron pads its buffers by at most 64 elements a parameter.
+  * fp32 logits, tokens x padded vocabulary / TP x 4 bytes, and the buffers slime's log-prob
+    kernel keeps beside them (``slime/utils/ppo_utils.py``, ``_VocabParallelLogProbEntropy``):
+    the softmax (4 bytes), a temperature-scaled copy when ``--rollout-temperature`` is not 1, the
+    entropy-gradient buffer when ``--entropy-coef`` is not 0. Tokens per micro-batch: the
+    ``--max-tokens-per-gpu`` cap, or the longest sample (prompt + ``--rollout-max-response-len``)
+    / CP where that is longer (it lands alone in a micro-batch: ``slime/utils/dp_schedule.py``);
+    ``--micro-batch-size`` x the longest sample without dynamic batching.
+  * SGLang's static pool: SGLang 0.5.15 sizes the KV cache to leave ``pre x (1 - mem_fraction)``
+    free, ``pre`` being the free memory after its CUDA/NCCL start-up (``model_runner_kv_cache_mixin``);
+    weights per GPU; KV bytes per token 2 x layers x KV heads per GPU x head size x dtype bytes
+    (MLA: (kv_lora_rank + rope dim) x layers x dtype bytes); the KV that the in-flight requests
+    need at full length. Without ``--sglang-mem-fraction-static`` SGLang's own default
+    (``server_args._handle_gpu_memory_settings``).
+  * host copies: slime's pinned weight backups per rank (actor, reference, old actor; torch's
+    pinned allocator rounds each tensor up to a power of two), torch_memory_saver's copy of the
+    optimizer state under ``--offload-train``, CPU Adam.
+
+estimate (a model with the constants below; GPU measurements check them)
+  * activations: the per-tensor count of Korthikanti et al. 2022, "Reducing Activation
+    Recomputation in Large Transformer Models" (https://arxiv.org/abs/2205.05198, section 4.1),
+    for bf16, generalised to GQA, SwiGLU, QK-norm and MoE. For their GPT layer it gives their
+    34 x s x b x h bytes; the 5 x a x s^2 x b attention term is absent because slime's attention
+    (flash / TE fused) keeps no score matrix (it is added for ``--attention-backend unfused``).
+    Tensor parallelism divides the head and FFN parts, sequence parallelism also the rest.
+    Recomputation: ``full``/``uniform`` keeps each chunk's input and rebuilds one chunk at a time,
+    ``full``/``block`` keeps the input of the first N layers of a stage, ``selective`` drops the
+    named modules' internals. Pipeline 1F1B: the first stage holds min(PP, micro-batches) in flight.
+  * the CUDA context and NCCL buffers of each process, what a sleeping (offloaded) process still
+    holds, SGLang's CUDA graphs and its prefill/decode working set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+# Estimates (GiB): what torch_memory_saver and the model arithmetic do not cover.
+CUDA_CONTEXT = 0.5  # a process's CUDA context, cuBLAS/cuDNN workspaces (Hopper, torch 2.11)
+NCCL_BUFFERS = 0.5  # a process's NCCL communicators when it talks to other GPUs
+SGLANG_GRAPH_POOL = 0.25  # fixed part of SGLang's CUDA-graph memory pool, beside its per-request part
+HOST_PER_TRAIN_RANK = 3.0  # RSS of a Megatron rank (torch, TE, CUDA libraries, the data)
+HOST_PER_SGLANG_RANK = 3.0  # RSS of an SGLang scheduler process with its tokenizer/detokenizer share
+WARN_FRACTION = 0.9  # a peak within 10% of the card is a WARN
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-latent attention sizes (DeepSeek-V3 style)."""
+
+    q_lora: int | None
+    kv_lora: int
+    qk_head: int
+    qk_pos: int
+    v_head: int
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model's shapes (Megatron's MODEL_ARGS, or the HF config.json)."""
+
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool = True
+    swiglu: bool = True
+    qkv_bias: bool = False
+    linear_bias: bool = False
+    qk_norm: bool = False
+    experts: int = 0
+    moe_ffn: int = 0
+    topk: int = 0
+    shared_ffn: int = 0
+    shared_gate: bool = False
+    moe_pattern: tuple[bool, ...] | None = None  # per layer; None: every layer MoE when experts > 0
+    mla: MLA | None = None
+
+    def is_moe(self, layer: int) -> bool:
+        if not self.experts:
+            return False
+        return True if self.moe_pattern is None else self.moe_pattern[layer]
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """The trainer's layout: Megatron's parallel sizes over ``world`` actor GPUs."""
+
+    world: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None  # None: TP
+    sp: bool = False
+    vocab_multiple: int = 128
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+
+    @property
+    def dp(self) -> int:
+        return self.world // (self.tp * self.pp * self.cp)
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def edp(self) -> int:
+        return self.world // (self.ep * self.expert_tp * self.pp)
+
+
+@dataclass(frozen=True)
+class Train:
+    """The training step's knobs."""
+
+    longest: int  # longest sample, prompt + response, in tokens
+    dynamic: bool = True
+    max_tokens: int | None = None
+    micro_batch: int = 1
+    global_batch: int = 1
+    recompute: str | None = None  # "full" | "selective"
+    recompute_method: str | None = None  # "uniform" | "block"
+    recompute_layers: int | None = None
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    hidden_dropout: float = 0.0
+    unfused_attention: bool = False
+    temperature: float = 1.0
+    entropy_coef: float = 0.0
+    logprob_chunk: int = -1
+    grad_fp32: bool = False
+    precision_aware: bool = False
+    main_dtype: str = "fp32"
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
+    cpu_adam: bool = False
+    cpu_adam_fraction: float = 1.0
+    offload_train: bool = False
+    ref: bool = False
+    critic: bool = False
+    keep_old_actor: bool = False
+    teacher: bool = False
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """The SGLang engines' knobs."""
+
+    gpus: int
+    per_engine: int
+    pp: int = 1
+    mem_fraction: float | None = None
+    requests: int = 1  # in flight across all engines: min(rollout samples, concurrency x engines)
+    max_running: int | None = None
+    prompt: int = 1024
+    response: int = 1024
+    eval_response: int | None = None
+    kv_bytes: int = 2
+    weight_bytes: float = 2.0
+    graphs: bool = True
+    graph_max_bs: int | None = None
+    prefill_graphs: bool = True
+    chunked_prefill: int | None = None
+
+
+@dataclass(frozen=True)
+class Card:
+    name: str
+    usable: int  # bytes the CUDA runtime reports (torch.cuda.get_device_properties().total_memory)
+    smi_mib: int  # nvidia-smi's memory.total, which SGLang's defaults read
+    source: str
+
+
+# torch's total_memory; nvidia-smi's memory.total. Measured where noted, else nvidia-smi minus 600 MiB.
+CARDS = {
+    "H100-80GB": (int(79.19 * GIB), 81559, "torch 79.19 GiB (slime-skill capture and public OOM reports)"),
+    "H800-80GB": (int(79.19 * GIB), 81559, "as H100-80GB"),
+    "H200-141GB": (150109880320, 143771, "measured: tests/fixtures/env/h200x1"),
+    "H20-96GB": ((97871 - 600) * MIB, 97871, "nvidia-smi 97871 MiB less 600 MiB (estimate)"),
+    "A100-80GB": (int(79.15 * GIB), 81920, "torch 79.15 GiB (public OOM reports)"),
+    "A800-80GB": (int(79.15 * GIB), 81920, "as A100-80GB"),
+    "A100-40GB": (int(39.39 * GIB), 40960, "torch 39.39 GiB (public OOM reports)"),
+    "L40S-48GB": (int(44.39 * GIB), 46068, "torch 44.39 GiB (public OOM reports)"),
+    "B200-180GB": ((183359 - 600) * MIB, 183359, "nvidia-smi 183359 MiB less 600 MiB (estimate)"),
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    shape: Shape
+    par: Parallel
+    train: Train
+    rollout: Rollout | None  # None: no local engines (--debug-train-only, external engines)
+    card: Card
+    colocate: bool = False
+    offload_rollout: bool = False
+    gpus_per_node: int = 8
+    host_ram: int | None = None  # bytes per node
+    bf16: bool = True
+
+
+@dataclass
+class Item:
+    label: str
+    bytes: float
+    kind: str  # "exact" | "estimate"
+    detail: str = ""
+
+
+@dataclass
+class Phase:
+    name: str
+    where: str  # "actor GPU", "rollout GPU", "shared GPU", "host per node"
+    items: list[Item] = field(default_factory=list)
+    capacity: int | None = None
+    note: str = ""
+
+    @property
+    def total(self) -> float:
+        return sum(i.bytes for i in self.items)
+
+    def add(self, label: str, nbytes: float, kind: str, detail: str = "") -> None:
+        self.items.append(Item(label, nbytes, kind, detail))
+
+
+def gib(nbytes: float) -> str:
+    return f"{nbytes / GIB:.2f}"
+
+
+def padded_vocab(vocab: int, tp: int, multiple: int = 128) -> int:
+    """Megatron's ``_vocab_size_with_padding``: up to a multiple of make_vocab_size_divisible_by x TP."""
+    step = multiple * tp
+    return -(-vocab // step) * step
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters per GPU (Megatron's layout; names follow megatron-core's local layer spec)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    numel: int
+    expert: bool = False
+
+
+def stage_layers(shape: Shape, par: Parallel) -> list[range]:
+    """The decoder layers of each pipeline stage (uneven first/last stages as Megatron's flags give)."""
+    first, last, pp, n = par.first_stage_layers, par.last_stage_layers, par.pp, shape.layers
+    if pp == 1:
+        return [range(n)]
+    rest = n - (first or 0) - (last or 0)
+    middle = pp - (first is not None) - (last is not None)
+    per = rest // middle if middle else 0
+    sizes = [per] * pp
+    if first is not None:
+        sizes[0] = first
+    if last is not None:
+        sizes[-1] = last
+    starts = [sum(sizes[:i]) for i in range(pp)]
+    return [range(s, s + k) for s, k in zip(starts, sizes, strict=True)]
+
+
+def _attention(shape: Shape, tp: int, i: int) -> list[Tensor]:
+    h, p = shape.hidden, f"decoder.layers.{i}.self_attention."
+    out = []
+    if shape.mla:
+        m = shape.mla
+        q_out = shape.heads * (m.qk_head + m.qk_pos)
+        if m.q_lora:
+            out += [Tensor(p + "linear_q_down_proj.weight", m.q_lora * h),
+                    Tensor(p + "q_layernorm.weight", m.q_lora),
+                    Tensor(p + "linear_q_up_proj.weight", q_out // tp * m.q_lora)]
+        else:
+            out.append(Tensor(p + "linear_q_proj.weight", q_out // tp * h))
+        out += [Tensor(p + "linear_kv_down_proj.weight", (m.kv_lora + m.qk_pos) * h),
+                Tensor(p + "kv_layernorm.weight", m.kv_lora),
+                Tensor(p + "linear_kv_up_proj.weight", shape.heads * (m.qk_head + m.v_head) // tp * m.kv_lora),
+                Tensor(p + "linear_proj.weight", h * (shape.heads * m.v_head // tp))]
+    else:
+        d = shape.head_dim
+        qkv = (shape.heads + 2 * shape.kv_heads) * d // tp
+        out.append(Tensor(p + "linear_qkv.weight", qkv * h))
+        if shape.qkv_bias or shape.linear_bias:
+            out.append(Tensor(p + "linear_qkv.bias", qkv))
+        if shape.qk_norm:
+            out += [Tensor(p + "q_layernorm.weight", d), Tensor(p + "k_layernorm.weight", d)]
+        out.append(Tensor(p + "linear_proj.weight", h * (shape.heads * d // tp)))
+    if shape.linear_bias:
+        out.append(Tensor(p + "linear_proj.bias", h))
+    return out
+
+
+def _mlp(prefix: str, hidden: int, ffn: int, tp: int, swiglu: bool, bias: bool, expert: bool = False) -> list[Tensor]:
+    up = ffn * (2 if swiglu else 1) // tp
+    out = [Tensor(prefix + "linear_fc1.weight", up * hidden, expert)]
+    if bias:
+        out.append(Tensor(prefix + "linear_fc1.bias", up, expert))
+    out.append(Tensor(prefix + "linear_fc2.weight", hidden * (ffn // tp), expert))
+    if bias:
+        out.append(Tensor(prefix + "linear_fc2.bias", hidden, expert))
+    return out
+
+
+def layer_tensors(shape: Shape, par: Parallel, i: int) -> list[Tensor]:
+    h, tp, p = shape.hidden, par.tp, f"decoder.layers.{i}."
+    out = [Tensor(p + "input_layernorm.weight", h), *_attention(shape, tp, i),
+           Tensor(p + "pre_mlp_layernorm.weight", h)]
+    if not shape.is_moe(i):
+        return out + _mlp(p + "mlp.", h, shape.ffn, tp, shape.swiglu, shape.linear_bias)
+    out.append(Tensor(p + "mlp.router.weight", shape.experts * h))
+    local = shape.experts // par.ep
+    for e in range(local):
+        out += _mlp(f"{p}mlp.experts.local_experts.{e}.", h, shape.moe_ffn, par.expert_tp, shape.swiglu,
+                    shape.linear_bias, expert=True)
+    if shape.shared_ffn:
+        out += _mlp(p + "mlp.shared_experts.", h, shape.shared_ffn, tp, shape.swiglu, shape.linear_bias)
+        if shape.shared_gate:
+            out.append(Tensor(p + "mlp.shared_experts.gate_weight", h))
+    return out
+
+
+def param_tensors(shape: Shape, par: Parallel, stage: int, critic: bool = False) -> list[Tensor]:
+    """The parameters one GPU of pipeline stage ``stage`` holds (every TP rank holds the same sizes).
+
+    The critic has untied embeddings and a one-value head instead of the output layer (slime's
+    ``LinearForLastLayer``: hidden x 1)."""
+    stages = stage_layers(shape, par)
+    vocab = padded_vocab(shape.vocab, par.tp, par.vocab_multiple)
+    out = []
+    if stage == 0:
+        out.append(Tensor("embedding.word_embeddings.weight", vocab // par.tp * shape.hidden))
+    for i in stages[stage]:
+        out += layer_tensors(shape, par, i)
+    if stage == par.pp - 1:
+        out.append(Tensor("decoder.final_layernorm.weight", shape.hidden))
+        if critic:
+            out.append(Tensor("output_layer.weight", shape.hidden))
+        elif not shape.tied or par.pp > 1:  # a tied output layer on another stage is a copy of the embedding
+            out.append(Tensor("output_layer.weight", vocab // par.tp * shape.hidden))
+    return out
+
+
+def total_params(shape: Shape) -> int:
+    """Parameters of the whole model (unpadded vocabulary, tied embeddings counted once)."""
+    one = Parallel(world=1)
+    n = sum(t.numel for t in param_tensors(shape, one, 0))
+    return n - (padded_vocab(shape.vocab, 1) - shape.vocab) * shape.hidden * (1 if shape.tied else 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------
+
+
+def micro_batch_tokens(train: Train, par: Parallel) -> int:
+    """Tokens one GPU holds in its largest micro-batch."""
+    longest = -(-train.longest // par.cp)
+    if train.dynamic and train.max_tokens:
+        return max(train.max_tokens, longest)
+    return train.micro_batch * longest
+
+
+def micro_batches(train: Train, par: Parallel) -> int:
+    """Micro-batches per optimizer step per DP rank when every sample is the longest (the worst case)."""
+    samples = max(1, train.global_batch // max(1, par.dp))
+    if train.dynamic and train.max_tokens:
+        per = max(1, (train.max_tokens * par.cp) // train.longest)
+        return -(-samples // per)
+    return -(-samples // train.micro_batch)
+
+
+def layer_activation_per_token(shape: Shape, par: Parallel, train: Train, moe: bool, recomputed: bool = False,
+                               seq: int | None = None) -> float:
+    """Bytes one layer keeps for backward, per token of the micro-batch, on one GPU (Korthikanti et al. 4.1).
+
+    ``recomputed``: the count of a layer being rebuilt during backward (all its tensors, selective
+    recomputation ignored)."""
+    h, t = shape.hidden, par.tp
+    s_div = t if par.sp else 1
+    dropout = h if train.hidden_dropout > 0 else 0
+    modules = () if recomputed or train.recompute != "selective" else train.recompute_modules
+    # attention
+    ln_side = (2 * h + 2 * h + dropout) / s_div  # input norm input, QKV input, dropout mask
+    if shape.mla:
+        m = shape.mla
+        lora = 2 * 2 * ((m.q_lora or 0) + m.kv_lora)  # down-projection outputs and their norms' outputs
+        heads = 2 * shape.heads * ((m.qk_head + m.qk_pos) * 2 + m.v_head) + 4 * shape.heads + 2 * shape.heads * m.v_head
+        attn = ln_side + lora + heads / t
+    else:
+        a, g, d = shape.heads, shape.kv_heads, shape.head_dim
+        qkv = 2 * (a * d + 2 * g * d)
+        norm_in = 2 * (a * d + g * d) if shape.qk_norm else 0
+        if "core_attn" in modules:
+            core = 0
+        elif train.unfused_attention:
+            core = 5 * a * (seq or train.longest)  # Korthikanti's scores, softmax, dropout mask and output
+        else:
+            core = 4 * a  # flash attention keeps only its softmax statistics (fp32)
+        attn = ln_side + (qkv + norm_in + core + 2 * a * d) / t
+    if "layernorm" in modules:
+        attn -= 2 * h / s_div
+    # MLP
+    mlp_side = (2 * h + 2 * h + dropout) / s_div  # pre-MLP norm input, fc1 input, dropout mask
+    if not moe:
+        f = shape.ffn
+        inner = (2 * f * (2 if shape.swiglu else 1) + 2 * f) / t
+        if "mlp" in modules:
+            inner = 0
+        mlp = mlp_side + inner
+    else:
+        k, f, et = shape.topk, shape.moe_ffn, par.expert_tp
+        router = 2 * 4 * shape.experts / s_div  # fp32 router logits and probabilities
+        per_copy = 2 * h + (2 * f * (2 if shape.swiglu else 1) + 2 * f) / et + 2 * h  # permuted in, fc1 out, act, out
+        if "moe_act" in modules:
+            per_copy -= 2 * f / et
+        experts = k * per_copy / s_div  # tokens evenly routed: each GPU gets its share x top-k
+        if "moe" in modules:
+            experts = 0
+        shared = 0.0
+        if shape.shared_ffn:
+            fs = shape.shared_ffn
+            shared = (2 * fs * (2 if shape.swiglu else 1) + 2 * fs) / t
+        mlp = mlp_side + router + experts + shared
+    if "layernorm" in modules:
+        mlp -= 2 * h / s_div
+    return attn + mlp
+
+
+def fp32_logits_bytes(shape: Shape, par: Parallel, tokens: int) -> int:
+    """One fp32 ``[tokens, padded vocab / TP]`` buffer: what slime issue #1951 ran out on."""
+    return tokens * (padded_vocab(shape.vocab, par.tp, par.vocab_multiple) // par.tp) * 4
+
+
+def logits_bytes_per_element(train: Train, forward_only: bool, tokens: int) -> float:
+    """Bytes per logit element slime's log-prob kernel holds at its peak (fp32 throughout)."""
+    temp = 4 if train.temperature != 1.0 else 0
+    if forward_only:
+        chunk = 1.0 if train.logprob_chunk <= 0 else min(1.0, train.logprob_chunk / tokens)
+        return max(6.0, 4 + 4 * chunk + temp)  # 6: the bf16 output beside its fp32 cast
+    return 8 + temp + (4 if train.entropy_coef != 0 else 0)
+
+
+def _bytes(dtype: str) -> int:
+    return DTYPE_BYTES.get(dtype, 4)
+
+
+def optimizer_bytes_per_param(train: Train, bf16: bool = True, on_host: bool = False) -> int:
+    """Master weights + two Adam moments per parameter of the shard. With
+    ``--use-precision-aware-optimizer`` (TransformerEngine's FusedAdam) an fp32 master weight of a
+    bf16 parameter is kept as its 16-bit remainder (megatron-core ``store_param_remainders``)."""
+    if not train.precision_aware or on_host:
+        return 12
+    master = 2 if train.main_dtype == "fp32" and bf16 else _bytes(train.main_dtype)
+    return master + _bytes(train.exp_avg_dtype) + _bytes(train.exp_avg_sq_dtype)
+
+
+def state_items(job: Job, stage: int, critic: bool = False) -> tuple[list[Item], dict]:
+    """Weights, gradients and optimizer state on one GPU of ``stage``; and the counts behind them."""
+    tensors = param_tensors(job.shape, job.par, stage, critic)
+    dense = sum(t.numel for t in tensors if not t.expert)
+    expert = sum(t.numel for t in tensors if t.expert)
+    n = dense + expert
+    tr, par = job.train, job.par
+    grad = 4 if tr.grad_fp32 or not job.bf16 else 2
+    opt_pp = optimizer_bytes_per_param(tr, job.bf16)
+    shard = dense / (par.dp * par.cp) + expert / par.edp
+    on_gpu = 1 - (tr.cpu_adam_fraction if tr.cpu_adam else 0)
+    who = "critic" if critic else "actor"
+    items = [
+        Item(f"{who} weights (bf16)", 2 * n, "exact", f"{n / 1e9:.3f} B parameters on this GPU"),
+        Item(f"{who} gradients ({'fp32' if grad == 4 else 'bf16'})", grad * n, "exact",
+             "--accumulate-allreduce-grads-in-fp32" if grad == 4 else "bf16 gradient buffer"),
+        Item(f"{who} optimizer (master weights + 2 Adam moments)", opt_pp * shard * on_gpu, "exact",
+             f"{opt_pp} B/param over DP x CP = {par.dp * par.cp}"
+             + (f", experts over expert-DP {par.edp}" if expert else "")
+             + (" ; --optimizer-cpu-offload keeps it on the host" if tr.cpu_adam and on_gpu == 0 else "")),
+    ]
+    return items, {"params": n, "dense": dense, "expert": expert, "shard": shard, "tensors": tensors}
+
+
+def _overhead(job: Job, phase: Phase, sleeping_engine: bool) -> None:
+    phase.add("CUDA context + NCCL", (CUDA_CONTEXT + (NCCL_BUFFERS if job.par.world > 1 else 0)) * GIB, "estimate")
+    if sleeping_engine:
+        tp = job.rollout.per_engine if job.rollout else 1
+        phase.add("SGLang asleep (colocated)", (CUDA_CONTEXT + (NCCL_BUFFERS if tp > 1 else 0)) * GIB, "estimate",
+                  "context and NCCL stay; weights, KV and graphs released")
+
+
+def _layers_activation(job: Job, layers: range, tokens: int, in_flight: int) -> tuple[float, float, str]:
+    """(kept for backward across the in-flight micro-batches, rebuilt during backward, how) in bytes."""
+    shape, par, tr = job.shape, job.par, job.train
+    per = [layer_activation_per_token(shape, par, tr, shape.is_moe(i)) * tokens for i in layers]
+    full = [layer_activation_per_token(shape, par, tr, shape.is_moe(i), recomputed=True) * tokens for i in layers]
+    chunk_input = 2 * shape.hidden / (par.tp if par.sp else 1) * tokens
+    if tr.recompute != "full" or not layers:
+        how = "selective recompute" if tr.recompute == "selective" else "no recompute"
+        return in_flight * sum(per), 0.0, how
+    n = max(1, tr.recompute_layers or 1)
+    if tr.recompute_method == "block":
+        k = min(n, len(per))
+        return in_flight * (k * chunk_input + sum(per[k:])), max(full[:k], default=0.0), f"full/block {k}"
+    chunks = -(-len(per) // n)
+    return in_flight * chunks * chunk_input, max(full) * min(n, len(full)), f"full/uniform {n}"
+
+
+def train_phase(job: Job, critic: bool = False) -> Phase:
+    """The training step's peak on the worst GPU (first or last pipeline stage)."""
+    best = None
+    for stage in sorted({0, job.par.pp - 1}):
+        phase = _train_stage(job, stage, critic)
+        if best is None or phase.total > best.total:
+            best = phase
+    return best
+
+
+def _train_stage(job: Job, stage: int, critic: bool) -> Phase:
+    shape, par, tr = job.shape, job.par, job.train
+    tokens = micro_batch_tokens(tr, par)
+    where = "shared GPU" if job.colocate else "actor GPU"
+    name = f"{'critic' if critic else 'actor'} training step"
+    phase = Phase(name + (f" (pipeline stage {stage})" if par.pp > 1 else ""), where)
+    items, _ = state_items(job, stage, critic)
+    phase.items += items
+    in_flight = min(par.pp - stage, micro_batches(tr, par))
+    layers = stage_layers(shape, par)[stage]
+    kept, rebuilt, how = _layers_activation(job, layers, tokens, in_flight)
+    phase.add("activations kept for backward", kept, "estimate",
+              f"{len(layers)} layers x {tokens} tokens, {how}"
+              + (f", {in_flight} micro-batches in flight" if in_flight > 1 else ""))
+    last = stage == par.pp - 1
+    s_div = par.tp if par.sp else 1
+    logits = 0.0
+    if last:
+        phase.add("final norm + output-layer input", 4 * shape.hidden / s_div * tokens, "estimate")
+        if not critic:
+            vocab = padded_vocab(shape.vocab, par.tp, par.vocab_multiple) // par.tp
+            per = logits_bytes_per_element(tr, False, tokens)
+            logits = per * tokens * vocab
+    if rebuilt or logits:
+        if logits >= rebuilt:
+            phase.add("logits (fp32) and softmax", logits, "exact",
+                      f"{tokens} tokens x {vocab} vocab/TP x {per:g} B")
+        else:
+            phase.add("recomputed layers (during backward)", rebuilt, "estimate", how)
+    _overhead(job, phase, sleeping_engine=job.colocate and job.rollout is not None)
+    if tr.critic:
+        phase.add(f"{'actor' if critic else 'critic'} asleep", CUDA_CONTEXT * GIB, "estimate",
+                  "torch_memory_saver released its state; the context stays")
+    return phase
+
+
+def logprob_phase(job: Job) -> Phase:
+    """The forward-only log-prob pass (reference and old-actor log-probs): states stay, logits peak."""
+    shape, par, tr = job.shape, job.par, job.train
+    stage = par.pp - 1
+    tokens = micro_batch_tokens(tr, par)
+    phase = Phase("log-prob pass (forward only)", "shared GPU" if job.colocate else "actor GPU")
+    items, _ = state_items(job, stage)
+    phase.items += items
+    layer = max(layer_activation_per_token(shape, par, tr, shape.is_moe(i), recomputed=True)
+                for i in stage_layers(shape, par)[stage]) if shape.layers else 0
+    phase.add("one layer's forward working set", layer * tokens, "estimate")
+    vocab = padded_vocab(shape.vocab, par.tp, par.vocab_multiple) // par.tp
+    per = logits_bytes_per_element(tr, True, tokens)
+    chunk = f", --log-probs-chunk-size {tr.logprob_chunk}" if tr.logprob_chunk > 0 else ""
+    phase.add("logits (fp32) and softmax", per * tokens * vocab, "exact",
+              f"{tokens} tokens x {vocab} vocab/TP x {per:g} B{chunk}")
+    _overhead(job, phase, sleeping_engine=job.colocate and job.rollout is not None)
+    return phase
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole plan
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    job: Job
+    phases: list[Phase]
+    engine: object | None  # plan_rollout.Engine
+    host: Phase
+
+    def peak(self, where: str) -> Phase | None:
+        found = [p for p in self.phases if p.where == where]
+        return max(found, key=lambda p: p.total) if found else None
+
+
+def make_plan(job: Job) -> Plan:
+    from slime_check.plan_rollout import host_phase, rollout_phase, update_phase
+
+    phases = [train_phase(job)]
+    if job.train.critic:
+        phases.append(train_phase(job, critic=True))
+    phases.append(logprob_phase(job))
+    eng = None
+    if job.rollout is not None:
+        rollout, eng = rollout_phase(job)
+        phases += [rollout, update_phase(job)]
+    for p in phases:
+        p.capacity = job.card.usable
+    return Plan(job, phases, eng, host_phase(job))
+
+
+def verdict(total: float, capacity: float | None) -> str:
+    if capacity is None:
+        return "SKIP"
+    if total > capacity:
+        return "FAIL"
+    return "WARN" if total > WARN_FRACTION * capacity else "PASS"
+
+
+def with_train(job: Job, **changes) -> Job:
+    return replace(job, train=replace(job.train, **changes))
+
+
+def with_par(job: Job, **changes) -> Job:
+    return replace(job, par=replace(job.par, **changes))
+
+
+def with_rollout(job: Job, **changes) -> Job:
+    return replace(job, rollout=replace(job.rollout, **changes))
+
+
+def peak_train(job: Job) -> float:
+    return max(p.total for p in make_plan(job).phases if "training" in p.name or "log-prob" in p.name)
+
+
+def fitting_max_tokens(job: Job, limit: float) -> int | None:
+    """The largest --max-tokens-per-gpu (a multiple of 1024) whose training peak is at most ``limit``."""
+    if not job.train.dynamic or not job.train.max_tokens:
+        return None
+    floor = -(-job.train.longest // job.par.cp)
+    best = None
+    for m in range(1024, job.train.max_tokens, 1024):
+        if peak_train(with_train(job, max_tokens=m)) <= limit:
+            best = m
+    if best is not None and best < floor:
+        return None  # the longest sample still lands alone in a micro-batch of that size
+    return best

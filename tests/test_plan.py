@@ -1,0 +1,387 @@
+"""``slime-check plan``: exact values on hand-computed cases, the report, bad input, and no torch.
+
+Every expected number below is written out by hand from the model's shapes (the comment beside
+it shows the sum), not computed by the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from slime_check import plan as P
+from slime_check import plan_rollout as R
+from slime_check.plan_report import card_from
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "tests/fixtures/slime_sources/scripts"
+ENV_CAPTURE = REPO / "tests/fixtures/env/h200x1/capture.txt"
+
+# Qwen3-4B (scripts/models/qwen3-4B.sh; Qwen/Qwen3-4B config.json)
+QWEN3_4B = P.Shape(layers=36, hidden=2560, ffn=9728, heads=32, kv_heads=8, head_dim=128, vocab=151936,
+                   tied=True, qk_norm=True)
+# Qwen3-0.6B (scripts/models/qwen3-0.6B.sh)
+QWEN3_06B = P.Shape(layers=28, hidden=1024, ffn=3072, heads=16, kv_heads=8, head_dim=128, vocab=151936,
+                    tied=True, qk_norm=True)
+H100 = P.Card("H100-80GB", *P.CARDS["H100-80GB"][:2], "test")
+
+
+def _train(**kw) -> P.Train:
+    return P.Train(**{"longest": 9216, "dynamic": True, "max_tokens": 9216, "global_batch": 256, **kw})
+
+
+def _job(shape=QWEN3_4B, par=None, train=None, rollout=None, card=H100, **kw) -> P.Job:
+    return P.Job(shape=shape, par=par or P.Parallel(world=8, tp=2, sp=True), train=train or _train(),
+                 rollout=rollout, card=card, **kw)
+
+
+# ---------------------------------------------------------------------------------------------- parameters
+
+
+def test_vocab_is_padded_as_megatron_pads_it():
+    assert P.padded_vocab(151936, 1) == 151936  # 1187 x 128
+    assert P.padded_vocab(151936, 2) == 152064  # 594 x 256
+    assert P.padded_vocab(151936, 8) == 152576  # 149 x 1024
+    assert P.padded_vocab(129280, 4, 128) == 129536  # 253 x 512
+
+
+def test_qwen3_parameter_counts_by_hand():
+    # embedding 151936 x 2560 = 388,956,160; a layer: QKV 2560 x (32+2x8) x 128 = 15,728,640,
+    # proj 4096 x 2560 = 10,485,760, q/k norms 2 x 128, two RMSNorms 2 x 2560, SwiGLU 3 x 2560 x 9728
+    # = 74,711,040: 100,930,816; 36 layers 3,633,509,376; final norm 2560.
+    assert P.total_params(QWEN3_4B) == 388_956_160 + 36 * 100_930_816 + 2560 == 4_022_468_096
+    # 0.6B: embedding 155,582,464; a layer 1024 x 4096 + 2048 x 1024 + 256 + 2048 + 3 x 1024 x 3072 = 15,730,944
+    assert P.total_params(QWEN3_06B) == 155_582_464 + 28 * 15_730_944 + 1024 == 596_049_920
+
+
+def test_per_gpu_state_bytes_under_tp2_dp4():
+    job = _job(train=_train(grad_fp32=True))
+    items, counts = P.state_items(job, 0)
+    # TP 2: embedding 152064/2 x 2560 = 194,641,920; a layer 7,864,320 + 5,242,880 + 256 + 5120 + 37,355,520
+    # = 50,468,096; 36 of them 1,816,851,456; final norm 2560.
+    assert counts["params"] == 194_641_920 + 1_816_851_456 + 2560 == 2_011_495_936
+    weights, grads, optimizer = (i.bytes for i in items)
+    assert weights == 2 * 2_011_495_936
+    assert grads == 4 * 2_011_495_936  # --accumulate-allreduce-grads-in-fp32
+    assert optimizer == 12 * 2_011_495_936 / 4  # fp32 master + 2 moments over DP 4
+    bf16_grads = P.state_items(_job(), 0)[0][1].bytes
+    assert bf16_grads == 2 * 2_011_495_936
+
+
+def test_optimizer_bytes_with_precision_aware_cpu_offload_and_cp():
+    # precision-aware: the fp32 master weight of a bf16 parameter is its 16-bit remainder
+    assert P.optimizer_bytes_per_param(_train(precision_aware=True)) == 2 + 4 + 4
+    assert P.optimizer_bytes_per_param(_train(precision_aware=True, exp_avg_dtype="bf16",
+                                               exp_avg_sq_dtype="bf16")) == 2 + 2 + 2
+    assert P.optimizer_bytes_per_param(_train(precision_aware=True), bf16=False) == 4 + 4 + 4
+    job = _job(par=P.Parallel(world=8, tp=2, cp=2, sp=True), train=_train(cpu_adam=True))
+    items, counts = P.state_items(job, 0)
+    assert items[2].bytes == 0  # --optimizer-cpu-offload: none of it on the GPU
+    assert counts["shard"] == 2_011_495_936 / 4  # DP 2 x CP 2
+    host = R.host_phase(job)
+    cpu_adam = next(i for i in host.items if i.label.startswith("CPU Adam"))
+    assert cpu_adam.bytes == 8 * 16 * 2_011_495_936 / 4  # 8 ranks x (master + 2 moments + fp32 grads)
+
+
+def test_pipeline_stages_split_layers_and_hold_embedding_and_output_layer():
+    par = P.Parallel(world=2, pp=2)
+    assert [list(r) for r in P.stage_layers(QWEN3_06B, par)] == [list(range(14)), list(range(14, 28))]
+    first = {t.name for t in P.param_tensors(QWEN3_06B, par, 0)}
+    last = {t.name for t in P.param_tensors(QWEN3_06B, par, 1)}
+    assert "embedding.word_embeddings.weight" in first and "output_layer.weight" not in first
+    # tied embeddings: the last stage holds its own copy of the output layer
+    assert {"output_layer.weight", "decoder.final_layernorm.weight"} <= last
+    uneven = P.Parallel(world=4, pp=4, first_stage_layers=4, last_stage_layers=6)
+    assert [len(r) for r in P.stage_layers(QWEN3_06B, uneven)] == [4, 9, 9, 6]
+
+
+def test_moe_experts_split_over_ep_and_sharded_over_expert_dp():
+    moe = P.Shape(layers=2, hidden=64, ffn=128, heads=4, kv_heads=2, head_dim=16, vocab=256, tied=False,
+                  experts=8, moe_ffn=32, topk=2, shared_ffn=48, moe_pattern=(False, True))
+    par = P.Parallel(world=4, ep=2)
+    tensors = P.param_tensors(moe, par, 0)
+    experts = [t for t in tensors if t.expert]
+    assert len(experts) == 4 * 2  # 8 experts / EP 2 = 4 local, fc1 + fc2 each
+    assert sum(t.numel for t in experts) == 4 * (64 * 64 + 32 * 64)  # fc1 2 x 32 x 64, fc2 64 x 32
+    router = next(t for t in tensors if t.name.endswith("router.weight"))
+    assert router.numel == 8 * 64
+    job = _job(shape=moe, par=par, train=_train(longest=64, max_tokens=64))
+    _, counts = P.state_items(job, 0)
+    assert par.dp == 4 and par.edp == 2  # 4 GPUs / (EP 2 x expert-TP 1)
+    assert counts["shard"] == counts["dense"] / 4 + counts["expert"] / 2
+
+
+# ---------------------------------------------------------------------------------------------- logits
+
+
+def test_slime_issue_1951_logits_allocation_is_reproduced():
+    """slime #1951: retool (Qwen3-4B, TP 2) "Tried to allocate 58.15 GiB", one fp32 [T, 76032]
+    buffer (the vocabulary padded to 152064, halved) for a micro-batch of about 205,300 tokens (the
+    thread says 205,280, rounded); at the script's --max-tokens-per-gpu 9216 the buffer is 2.6 GiB."""
+    par = P.Parallel(world=4, tp=2, sp=True)
+    assert P.fp32_logits_bytes(QWEN3_4B, par, 205_300) == 205_300 * 76_032 * 4 == 62_437_478_400
+    assert round(62_437_478_400 / P.GIB, 2) == 58.15
+    assert round(P.fp32_logits_bytes(QWEN3_4B, par, 9216) / P.GIB, 2) == 2.61
+    # slime v0.3.1 caps a micro-batch at --max-tokens-per-gpu; only one longer sample exceeds it
+    assert P.micro_batch_tokens(_train(longest=9216, max_tokens=9216), par) == 9216
+    assert P.micro_batch_tokens(_train(longest=205_280, max_tokens=9216), par) == 205_280
+
+
+def test_logits_bytes_per_element_follow_slimes_kernel():
+    assert P.logits_bytes_per_element(_train(), False, 9216) == 8  # fp32 logits + softmax kept for backward
+    assert P.logits_bytes_per_element(_train(temperature=0.8), False, 9216) == 12  # + the scaled copy
+    assert P.logits_bytes_per_element(_train(entropy_coef=0.01), False, 9216) == 12  # + entropy gradient
+    assert P.logits_bytes_per_element(_train(), True, 9216) == 8  # forward only: logits + softmax
+    assert P.logits_bytes_per_element(_train(logprob_chunk=1024), True, 8192) == 6  # chunk: the bf16 cast peaks
+    job = _job()
+    phase = P.train_phase(job)
+    logits = next(i for i in phase.items if i.label.startswith("logits"))
+    assert logits.bytes == 9216 * 76_032 * 8
+
+
+# ---------------------------------------------------------------------------------------------- activations
+
+
+GPT = P.Shape(layers=1, hidden=4096, ffn=4 * 4096, heads=32, kv_heads=32, head_dim=128, vocab=51200, swiglu=False)
+
+
+def test_activations_reduce_to_korthikanti_et_al_for_their_gpt_layer():
+    """Their eq. 1 (no parallelism) is s b h (34 + 5 a s / h) bytes a layer: per token 34 h + 5 a s."""
+    s, h, a = 2048, 4096, 32
+    train = _train(longest=s, hidden_dropout=0.1, unfused_attention=True)
+    one = P.Parallel(world=1)
+    assert P.layer_activation_per_token(GPT, one, train, moe=False) == 34 * h + 5 * a * s
+    # eq. 2, tensor parallel t without sequence parallelism: s b h (10 + 24 / t + 5 a s / (h t))
+    t = 8
+    assert P.layer_activation_per_token(GPT, P.Parallel(world=8, tp=t), train, moe=False) == \
+        10 * h + 24 * h / t + 5 * a * s / t
+    # eq. 4, with sequence parallelism: s b h / t (34 + 5 a s / h)
+    assert P.layer_activation_per_token(GPT, P.Parallel(world=8, tp=t, sp=True), train, moe=False) == \
+        (34 * h + 5 * a * s) / t
+
+
+def test_flash_attention_keeps_no_score_matrix_and_qwen3_layer_count():
+    # flash: the 5 a s term becomes the fp32 softmax statistics, 4 a; no dropout masks at dropout 0
+    h, a, d, g, f = 2560, 32, 128, 8, 9728
+    per = P.layer_activation_per_token(QWEN3_4B, P.Parallel(world=1), _train(), moe=False)
+    # norm in, QKV in, q/k/v, q/k norm inputs, softmax stats, attention out | norm in, fc1 in, fc1 out, SwiGLU out
+    assert per == (2 * h + 2 * h + 2 * (a * d + 2 * g * d) + 2 * (a * d + g * d) + 4 * a + 2 * a * d
+                   + 2 * h + 2 * h + 2 * 2 * f + 2 * f) == 109_696
+
+
+def test_full_recompute_keeps_one_input_per_chunk_and_rebuilds_one_chunk():
+    par = P.Parallel(world=8, tp=2, sp=True)
+    job = _job(par=par, train=_train(recompute="full", recompute_method="uniform", recompute_layers=1))
+    kept, rebuilt, _ = P._layers_activation(job, range(36), 9216, in_flight=1)
+    assert kept == 36 * 2 * 2560 / 2 * 9216  # each layer's input, sequence-parallel
+    layer = P.layer_activation_per_token(QWEN3_4B, par, job.train, moe=False, recomputed=True)
+    assert rebuilt == layer * 9216
+    block = _job(par=par, train=_train(recompute="full", recompute_method="block", recompute_layers=30))
+    kept, _, _ = P._layers_activation(block, range(36), 9216, in_flight=1)
+    assert kept == (30 * 2 * 2560 / 2 + 6 * P.layer_activation_per_token(QWEN3_4B, par, block.train, False)) * 9216
+    none, _, _ = P._layers_activation(_job(par=par), range(36), 9216, in_flight=2)
+    assert none == 2 * 36 * P.layer_activation_per_token(QWEN3_4B, par, _train(), False) * 9216
+
+
+def test_micro_batch_tokens_and_count():
+    par = P.Parallel(world=8, tp=2, cp=2, sp=True)
+    assert P.micro_batch_tokens(_train(longest=20000, max_tokens=8192), par) == 10000  # one sample / CP
+    assert P.micro_batch_tokens(_train(dynamic=False, micro_batch=2, longest=9216), P.Parallel(world=1)) == 18432
+    # 256 samples over DP 2; 8192 x CP 2 tokens fit one 9216-token sample per micro-batch
+    assert P.micro_batches(_train(longest=9216, max_tokens=8192), par) == 128
+
+
+# ---------------------------------------------------------------------------------------------- SGLang
+
+
+def test_kv_bytes_per_token():
+    assert R.kv_bytes_per_token(QWEN3_4B, 2, 1, 2) == 2 * 4 * 128 * 36 * 2 == 73_728  # K and V, 4 KV heads a GPU
+    assert R.kv_bytes_per_token(QWEN3_4B, 16, 1, 2) == 2 * 1 * 128 * 36 * 2  # heads replicated past TP 8
+    assert R.kv_bytes_per_token(QWEN3_4B, 1, 1, 1) == 2 * 8 * 128 * 36  # fp8 KV
+    mla = P.Shape(layers=61, hidden=7168, ffn=18432, heads=128, kv_heads=128, head_dim=128, vocab=129280,
+                  mla=P.MLA(q_lora=1536, kv_lora=512, qk_head=128, qk_pos=64, v_head=128))
+    assert R.kv_bytes_per_token(mla, 8, 1, 2) == (512 + 64) * 61 * 2  # the latent, not split over TP
+
+
+def test_sglang_default_mem_fraction_by_hand():
+    ro = P.Rollout(gpus=8, per_engine=2, prefill_graphs=False)
+    job = _job(rollout=ro)
+    # 512 + 8192 x 1.5 + 256 decode graph bs x 2 + TP 2 / 8 x 1024 = 13,568 MiB of nvidia-smi's 81,559
+    assert R.sglang_default_mem_fraction(job, 2, 256, 0) == round((81559 - 13568) / 81559, 3) == 0.834
+    h200 = P.Card("H200", *P.CARDS["H200-141GB"][:2], "t")
+    job = _job(rollout=P.Rollout(gpus=1, per_engine=1), card=h200)
+    assert R.prefill_graph_sizes(8192) == 8 + 14 + 8 + 8 + 12 + 8  # SGLang's capture sizes up to 8192
+    # 512 + 12288 + 512 + 128 + 58 prefill graph sizes x 8
+    assert R.sglang_default_mem_fraction(job, 1, 256, 58) == round((143771 - 13904) / 143771, 3) == 0.903
+    small = _job(rollout=P.Rollout(gpus=1, per_engine=1, prefill_graphs=False), card=P.Card("x", 0, 24576, "t"))
+    # 24 GiB: chunked prefill 2048, decode graphs up to 24 -> 512 + 3072 + 48 + 128, no 10 GiB floor
+    assert R.sglang_default_mem_fraction(small, 1, 24, 0) == round((24576 - 3760) / 24576, 3)
+
+
+def test_static_pool_is_what_sglang_leaves_after_weights():
+    ro = P.Rollout(gpus=8, per_engine=2, mem_fraction=0.7, requests=256, prompt=1024, response=8192)
+    eng = R.engine(_job(rollout=ro, colocate=True))
+    start = (P.CUDA_CONTEXT + P.NCCL_BUFFERS) * P.GIB
+    pre = H100.usable - start
+    assert eng.pre == pre
+    assert eng.weights == 4_022_468_096 * 2 / 2
+    assert eng.pool == pre * 0.7 - 4_022_468_096
+    assert eng.static == H100.usable - pre * (1 - 0.7)  # free after start-up: pre x (1 - mem_fraction)
+    assert eng.running == 256 // 4 and eng.request_tokens == 9216
+    assert eng.need == 64 * 9216 * 73_728
+
+
+# ---------------------------------------------------------------------------------------------- host
+
+
+def test_pinned_backups_round_each_tensor_up_to_a_power_of_two():
+    assert R.pinned(49_807_360) == 67_108_864  # a 9728 x 2560 bf16 weight: 47.5 MiB in a 64 MiB block
+    assert R.pinned(1 << 20) == 1 << 20
+    assert R.pinned(0) == 0
+    job = _job(par=P.Parallel(world=1), train=_train(ref=True, offload_train=True), gpus_per_node=1)
+    host = R.host_phase(job)
+    backups = next(i for i in host.items if i.label == "pinned weight backups")
+    one = sum(R.pinned(2 * t.numel) for t in P.param_tensors(QWEN3_4B, job.par, 0))
+    assert backups.bytes == 2 * one  # actor + reference
+    optimizer = next(i for i in host.items if i.label.startswith("offloaded optimizer"))
+    assert optimizer.bytes == 12 * 4_022_468_096  # torch_memory_saver's copy of the whole optimizer
+
+
+# ---------------------------------------------------------------------------------------------- the report
+
+
+def _run(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "slime_check.cli", "plan", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _qwen3_4b_script(tmp_path: Path, **flags) -> Path:
+    extra = " ".join(f"--{k.replace('_', '-')} {v}".rstrip() for k, v in flags.items())
+    script = tmp_path / "run.sh"
+    script.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        source "{SCRIPTS}/models/qwen3-4B.sh"
+        python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 1 --colocate ${{MODEL_ARGS[@]}} \\
+           --rollout-batch-size 8 --n-samples-per-prompt 4 --global-batch-size 32 \\
+           --rollout-max-response-len 8192 --rollout-max-prompt-len 512 \\
+           --use-dynamic-batch-size --max-tokens-per-gpu 16384 --use-kl-loss \\
+           --sglang-mem-fraction-static 0.5 --attention-dropout 0.0 --hidden-dropout 0.0 \\
+           --accumulate-allreduce-grads-in-fp32 {extra}
+        """))
+    return script
+
+
+def test_slimes_qwen3_4b_script_fits_8_h100_with_the_numbers_shown():
+    result = _run("--gpu", "H100-80GB", "--env", "NUM_GPUS=8", "--json", str(SCRIPTS / "run-qwen3-4B.sh"))
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)["plans"][0]
+    assert plan["params"] == 4_022_468_096 and plan["micro_batch_tokens"] == 9216
+    assert plan["layout"] == {"actor_gpus": 8, "tp": 2, "pp": 1, "cp": 1, "dp": 4, "ep": 1, "colocate": True}
+    train = plan["phases"][0]
+    items = {i["item"]: i["bytes"] for i in train["items"]}
+    assert items["actor weights (bf16)"] == 2 * 2_011_495_936
+    assert items["actor gradients (fp32)"] == 4 * 2_011_495_936
+    assert items["logits (fp32) and softmax"] == 9216 * 76_032 * 8
+    status = {f["id"]: f["status"] for f in plan["findings"]}
+    assert status["plan.train_memory"] == "PASS" and status["plan.rollout_memory"] == "PASS"
+    assert status["plan.host_memory"] == "SKIP"
+    assert plan["engine"]["tp"] == 2 and plan["engine"]["engines"] == 4
+    assert plan["engine"]["mem_fraction_static"] == 0.7
+    assert "prompts of at most 1024 tokens" in plan["assumed"][0]
+
+
+def test_a_job_built_to_oom_fails_with_the_knobs_that_fix_it(tmp_path):
+    result = _run("--gpu", "H100", str(_qwen3_4b_script(tmp_path)))
+    assert result.returncode == 1, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "FAIL plan.train_memory" in out or "FAIL │ plan.train_memory" in out
+    assert "--recompute-granularity full" in out and "--optimizer-cpu-offload" in out
+    assert "GiB less" in out and "together" in out
+    fixed = _run("--gpu", "H100", "--json", str(_qwen3_4b_script(
+        tmp_path, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
+        optimizer_cpu_offload="", use_precision_aware_optimizer="")))
+    plan = json.loads(fixed.stdout)["plans"][0]
+    assert {f["id"]: f["status"] for f in plan["findings"]}["plan.train_memory"] == "PASS"
+
+
+def test_a_peak_within_ten_percent_warns_and_over_the_card_fails():
+    assert P.verdict(71 * P.GIB, 80 * P.GIB) == "PASS"
+    assert P.verdict(73 * P.GIB, 80 * P.GIB) == "WARN"
+    assert P.verdict(81 * P.GIB, 80 * P.GIB) == "FAIL"
+
+
+def test_the_max_tokens_knob_names_the_largest_size_that_fits(tmp_path):
+    from slime_check.plan_report import train_fixes
+
+    job = _job(par=P.Parallel(world=1), train=_train(longest=4096, max_tokens=65536, recompute="full",
+                                                     recompute_method="uniform", recompute_layers=1,
+                                                     cpu_adam=True))
+    peak = P.peak_train(job)
+    assert peak > H100.usable
+    fixes = train_fixes(job, peak)
+    m = P.fitting_max_tokens(job, 0.9 * H100.usable)
+    assert m and m % 1024 == 0 and m >= 4096
+    assert P.peak_train(P.with_train(job, max_tokens=m)) <= 0.9 * H100.usable
+    assert P.peak_train(P.with_train(job, max_tokens=m + 1024)) > 0.9 * H100.usable
+    assert fixes[0].startswith(f"`--max-tokens-per-gpu {m}` → ") and "more micro-batches" in fixes[0]
+
+
+def test_card_from_a_capture_reads_torch_memory_and_host_ram():
+    card, host = card_from(None, str(ENV_CAPTURE))
+    assert card.usable == 150_109_880_320 and card.smi_mib == 143_771 and "H200" in card.name
+    assert host == 131_981_020 * 1024
+    named, _ = card_from("H200", None)
+    assert named.usable == 150_109_880_320
+    sized, _ = card_from("79.2GiB", None)
+    assert sized.usable == int(79.2 * P.GIB)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--gpu", "H900", "SCRIPT"], ["--gpu H900", "H100-80GB"]),
+    (["SCRIPT"], ["--gpu H100-80GB", "--fixture"]),
+    (["--gpu", "H100", "NOSUCH.sh"], ["NOSUCH.sh: no such script"]),
+    (["--gpu", "H100", "SYMBOLIC"], ["--actor-num-gpus-per-node ${NUM_GPUS}", "--env NAME=VALUE"]),
+    (["--gpu", "H100", "NORESPONSE"], ["--rollout-max-response-len is not set"]),
+    (["--gpu", "H100", "--", "--rollout-max-response-len", "8"], ["--num-layers is not given"]),
+])
+def test_bad_input_is_one_line_naming_the_flag_exit_2(tmp_path, args, words):
+    symbolic = tmp_path / "sym.sh"
+    symbolic.write_text(f'source "{SCRIPTS}/models/qwen3-4B.sh"\n'
+                        "python3 train.py --actor-num-gpus-per-node ${NUM_GPUS} ${MODEL_ARGS[@]} "
+                        "--rollout-max-response-len 8\n")
+    no_response = tmp_path / "noresp.sh"
+    no_response.write_text(symbolic.read_text().replace("${NUM_GPUS}", "8").replace("--rollout-max-response-len 8",
+                                                                                    "--colocate"))
+    swap = {"SCRIPT": str(_qwen3_4b_script(tmp_path)), "SYMBOLIC": str(symbolic), "NORESPONSE": str(no_response)}
+    result = _run(*[swap.get(a, a) for a in args])
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def test_plan_runs_under_two_seconds_without_importing_torch():
+    code = textwrap.dedent(f"""
+        import sys, time
+        t = time.perf_counter()
+        from click.testing import CliRunner
+        from slime_check.cli import cli
+        r = CliRunner().invoke(cli, ["plan", "--gpu", "H100-80GB", "--env", "NUM_GPUS=8", "--json",
+                                     "{SCRIPTS / 'run-qwen3-4B.sh'}"])
+        assert r.exit_code == 0, r.output
+        print(time.perf_counter() - t, 'torch' in sys.modules, 'megatron' in sys.modules)
+    """)
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    wall = time.perf_counter() - start
+    assert result.returncode == 0, result.stderr
+    seconds, torch, megatron = result.stdout.split()
+    assert torch == "False" and megatron == "False"
+    assert float(seconds) < 2.0 and wall < 4.0  # the interpreter's own start-up on top
