@@ -280,8 +280,8 @@ def stage_layers(shape: Shape, par: Parallel) -> list[range]:
     return [range(s, s + k) for s, k in zip(starts, sizes, strict=True)]
 
 
-def _attention(shape: Shape, tp: int, i: int) -> list[Tensor]:
-    h, p = shape.hidden, f"decoder.layers.{i}.self_attention."
+def _attention(shape: Shape, tp: int, p: str) -> list[Tensor]:
+    h, p = shape.hidden, p + "self_attention."
     out = []
     if shape.mla:
         m = shape.mla
@@ -321,9 +321,10 @@ def _mlp(prefix: str, hidden: int, ffn: int, tp: int, swiglu: bool, bias: bool, 
     return out
 
 
-def layer_tensors(shape: Shape, par: Parallel, i: int) -> list[Tensor]:
-    h, tp, p = shape.hidden, par.tp, f"decoder.layers.{i}."
-    out = [Tensor(p + "input_layernorm.weight", h), *_attention(shape, tp, i),
+def layer_tensors(shape: Shape, par: Parallel, i: int, local: int | None = None) -> list[Tensor]:
+    """Layer ``i``'s parameters on one GPU, named as megatron names them (``local``: its index in the stage)."""
+    h, tp, p = shape.hidden, par.tp, f"decoder.layers.{i if local is None else local}."
+    out = [Tensor(p + "input_layernorm.weight", h), *_attention(shape, tp, p),
            Tensor(p + "pre_mlp_layernorm.weight", h)]
     if not shape.is_moe(i):
         return out + _mlp(p + "mlp.", h, shape.ffn, tp, shape.swiglu, shape.linear_bias)
@@ -349,8 +350,8 @@ def param_tensors(shape: Shape, par: Parallel, stage: int, critic: bool = False)
     out = []
     if stage == 0:
         out.append(Tensor("embedding.word_embeddings.weight", vocab // par.tp * shape.hidden))
-    for i in stages[stage]:
-        out += layer_tensors(shape, par, i)
+    for local, i in enumerate(stages[stage]):
+        out += layer_tensors(shape, par, i, local)
     if stage == par.pp - 1:
         out.append(Tensor("decoder.final_layernorm.weight", shape.hidden))
         if critic:
