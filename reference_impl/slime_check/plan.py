@@ -575,7 +575,9 @@ def logprob_phase(job: Job) -> Phase:
     shape, par, tr = job.shape, job.par, job.train
     stage = par.pp - 1
     tokens = micro_batch_tokens(tr, par)
-    phase = Phase("log-prob pass (forward only)", "shared GPU" if job.colocate else "actor GPU")
+    who = ", ".join(["reference"] * job.train.ref + ["old actor"])
+    phase = Phase(f"log-prob pass ({who}; forward only)", "shared GPU" if job.colocate else "actor GPU",
+                  note="the reference's weights are swapped into the actor's from the host: no extra GPU memory")
     items, _ = state_items(job, stage)
     phase.items += items
     layer = max(layer_activation_per_token(shape, par, tr, shape.is_moe(i), recomputed=True)

@@ -600,6 +600,23 @@ def _host_finding(plan: P.Plan) -> Finding:
 # ---------------------------------------------------------------------------------------------
 
 
+STYLES = {"FAIL": "bold red", "WARN": "yellow", "PASS": "green"}
+
+
+def peaks(plan: P.Plan) -> list[tuple[str, P.Phase]]:
+    """Training and rollout apart, each with the phase that sets its peak; together where colocated."""
+    out = []
+    groups = (("training", ("training", "log-prob")), ("rollout", ("rollout",)), ("weight update", ("weight",)))
+    for label, starts in groups:
+        found = [p for p in plan.phases if any(w in p.name for w in starts)]
+        if found:
+            top = max(found, key=lambda p: p.total)
+            out.append((f"{label} ({top.where})", top))
+    if plan.job.colocate:
+        out.append(("shared GPU, every phase", plan.peak("shared GPU")))
+    return out + [("host RAM per node", plan.host)]
+
+
 def render(planned: Planned, console) -> None:
     from rich.table import Table
     from rich.text import Text
@@ -615,10 +632,19 @@ def render(planned: Planned, console) -> None:
         for item in phase.items:
             table.add_row(f"  {item.label}", P.gib(item.bytes), item.kind, item.detail)
         capacity = phase.capacity
-        share = f" of {P.gib(capacity)}" if capacity else ""
-        style = {"FAIL": "bold red", "WARN": "yellow", "PASS": "green"}.get(P.verdict(phase.total, capacity), "")
-        table.add_row(Text("  = peak", style=style), Text(P.gib(phase.total), style=style), "", share.strip())
+        style = STYLES.get(P.verdict(phase.total, capacity), "")
+        table.add_row(Text("  = peak", style=style), Text(P.gib(phase.total), style=style), "",
+                      f"of {P.gib(capacity)}" if capacity else "")
     console.print(table)
+    summary = Table(title="per-GPU peak (GiB)", title_justify="left")
+    for column in ("where", "peak", "of", "share", "set by"):
+        summary.add_column(column, justify="right" if column in ("peak", "of", "share") else "left")
+    for where, phase in peaks(plan):
+        capacity = phase.capacity
+        style = STYLES.get(P.verdict(phase.total, capacity), "")
+        summary.add_row(where, Text(P.gib(phase.total), style=style), P.gib(capacity) if capacity else "?",
+                        f"{100 * phase.total / capacity:.0f}%" if capacity else "", phase.name)
+    console.print(summary)
 
 
 def to_dict(planned: Planned) -> dict:
@@ -637,7 +663,9 @@ def to_dict(planned: Planned) -> dict:
            "layout": {"actor_gpus": job.par.world, "tp": job.par.tp, "pp": job.par.pp, "cp": job.par.cp,
                       "dp": job.par.dp, "ep": job.par.ep, "colocate": job.colocate},
            "micro_batch_tokens": P.micro_batch_tokens(job.train, job.par),
-           "phases": [phase(p) for p in plan.phases], "host": phase(plan.host)}
+           "phases": [phase(p) for p in plan.phases], "host": phase(plan.host),
+           "peaks": {where: {"phase": p.name, "peak_bytes": int(p.total), "capacity_bytes": p.capacity,
+                             "verdict": P.verdict(p.total, p.capacity)} for where, p in peaks(plan)}}
     if plan.engine is not None:
         e = plan.engine
         out["engine"] = {"tp": e.tp, "engines": e.engines, "mem_fraction_static": e.mem_fraction,
