@@ -347,6 +347,10 @@ def test_card_from_a_capture_reads_torch_memory_and_host_ram():
     (["--gpu", "H100", "NOSUCH.sh"], ["NOSUCH.sh: no such script"]),
     (["--gpu", "H100", "SYMBOLIC"], ["--actor-num-gpus-per-node ${NUM_GPUS}", "--env NAME=VALUE"]),
     (["--gpu", "H100", "NORESPONSE"], ["--rollout-max-response-len is not set"]),
+    (["--gpu", "H100", "--env", "NUM_GPUS=8", str(SCRIPTS / "run-glm4.7-30B-A3B.sh")],
+     ["EP 8 x expert-TP 1 x PP 2 = 16 does not divide the 8 actor GPUs"]),
+    (["--gpu", "H100", str(SCRIPTS / "run-kimi-k2-Instruct.sh")],
+     ["run-kimi-k2-Instruct.sh:173", "lacks its trailing backslash"]),
     (["--gpu", "H100", "--", "--rollout-max-response-len", "8"], ["--num-layers is not given"]),
 ])
 def test_bad_input_is_one_line_naming_the_flag_exit_2(tmp_path, args, words):

@@ -262,6 +262,9 @@ def plan(gpu, fixture, host_ram, prompt_len, slime_dir, slime_version, env, as_j
                 raise UserError(f"{e} (the script could not be parsed)") from e
             if not reading.invocations:
                 raise UserError(f"{item}: no `python train.py` or `python train_async.py` command found")
+            for orphan in reading.orphans:
+                raise UserError(f"{orphan.origin}: a command starts with {orphan.words[0].text}: the line before "
+                                "lacks its trailing backslash, so those flags never reach train.py; fix the script")
             for inv in reading.invocations:
                 title = f"{item} ({inv.entry} at {inv.origin})"
                 plans.append(plan_argv(inv.argv, reg, identity.target, title, card, host, prompt_len))

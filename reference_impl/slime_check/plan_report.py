@@ -275,6 +275,10 @@ def job_from(cfg: Config, card: P.Card, host_ram: int | None,
                         "(`slime-check config` says more)")
     if shape.experts and shape.experts % ep:
         raise UserError(f"--expert-model-parallel-size {ep} does not divide --num-experts {shape.experts}")
+    expert_model = ep * int(etp if etp is not None else tp) * pp
+    if world % expert_model:
+        raise UserError(f"EP {ep} x expert-TP {etp if etp is not None else tp} x PP {pp} = {expert_model} does not "
+                        f"divide the {world} actor GPUs: megatron stops at start-up; fix the expert sizes")
     par = P.Parallel(world=world, tp=tp, pp=pp, cp=cp, ep=ep, etp=int(etp) if etp is not None else None,
                      sp=flags.on("--sequence-parallel") and tp > 1,
                      vocab_multiple=int(flags.get("--make-vocab-size-divisible-by", 128)),
@@ -291,12 +295,20 @@ def job_from(cfg: Config, card: P.Card, host_ram: int | None,
         prompt = int(flags.get("--rollout-max-prompt-len"))
     else:
         prompt = DEFAULT_PROMPT
-        notes.append((f"prompts of at most {DEFAULT_PROMPT} tokens (no --rollout-max-prompt-len; "
-                      "pass --prompt-len N for your data)", False))
+    prompt_note = (f"prompts of at most {DEFAULT_PROMPT} tokens (no --rollout-max-prompt-len; "
+                   "pass --prompt-len N for your data)", False)
+    if prompt == DEFAULT_PROMPT and prompt_len is None and response is not None:
+        notes.append(prompt_note)
     context = flags.soft("--rollout-max-context-len")
+    cp_now = int(flags.get("--context-parallel-size", 1))
     if response is None and context is None:
-        raise UserError("--rollout-max-response-len is not set: the plan sizes logits, activations and KV by the "
-                        "longest response; give it in the script")
+        max_tokens = flags.get("--max-tokens-per-gpu")
+        if not (flags.on("--use-dynamic-batch-size") and max_tokens):
+            raise UserError("--rollout-max-response-len is not set: the plan sizes logits, activations and KV by "
+                            "the longest response; give it in the script")
+        context = int(max_tokens) * cp_now  # supervised data: whatever packs into a micro-batch
+        notes.append((f"no --rollout-max-response-len: samples assumed at most --max-tokens-per-gpu x CP = "
+                      f"{context} tokens (a longer one gets a micro-batch of its own)", False))
     longest = int(context) if context else prompt + int(response)
     response = int(response) if response is not None else longest - prompt
 
@@ -501,7 +513,9 @@ def _model_finding(planned: Planned) -> Finding:
     job = planned.plan.job
     shape = job.shape
     kind = f"MoE {shape.experts} experts top-{shape.topk}" if shape.experts else "dense"
-    text = (f"Model from {planned.model_source}: {P.total_params(shape) / 1e9:.2f} B parameters ({kind}, "
+    n = P.total_params(shape)
+    count = f"{n / 1e9:.2f} B" if n >= 1e8 else f"{n / 1e6:.2f} M"
+    text = (f"Model from {planned.model_source}: {count} parameters ({kind}, "
             f"{shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads / {shape.kv_heads} KV, "
             f"vocab {shape.vocab}); GPU {job.card.name} with {P.gib(job.card.usable)} GiB usable, "
             f"from {job.card.source}.")

@@ -110,7 +110,8 @@ def engine(job: Job) -> Engine:
     else:
         mf = sglang_default_mem_fraction(job, tp, graph_bs, prefill_graph_sizes(chunk))
         source = "SGLang's default for this card"
-    weights = total_params(shape) * ro.weight_bytes / (tp * ro.pp)
+    embeddings = shape.vocab * shape.hidden * (1 if shape.tied else 2)  # kept in bf16 by FP8 checkpoints
+    weights = ((total_params(shape) - embeddings) * ro.weight_bytes + 2 * embeddings) / (tp * ro.pp)
     start = (CUDA_CONTEXT + (NCCL_BUFFERS if tp * ro.pp > 1 else 0)) * GIB
     pre = job.card.usable - start
     static = job.card.usable - pre * (1 - mf)
@@ -138,7 +139,8 @@ def rollout_phase(job: Job) -> tuple[Phase, Engine]:
                   + (f" x PP {ro.pp}" if ro.pp > 1 else "") + ")", "shared GPU" if job.colocate else "rollout GPU")
     phase.add("SGLang context + NCCL", job.card.usable - eng.pre, "estimate")
     phase.add("SGLang weights", eng.weights, "exact",
-              f"{total_params(shape) / 1e9:.2f} B parameters x {ro.weight_bytes:g} B / {eng.tp * ro.pp} GPUs")
+              f"{total_params(shape) / 1e9:.2f} B parameters x {ro.weight_bytes:g} B / {eng.tp * ro.pp} GPUs"
+              + (" (embeddings in bf16)" if ro.weight_bytes != 2 else ""))
     phase.add("KV cache pool (static)", max(0.0, eng.pool), "exact",
               f"{eng.mem_fraction:g} of {gib(eng.pre)} GiB free at start ({eng.mem_fraction_source}), "
               "less the weights; "
