@@ -494,7 +494,7 @@ def state_items(job: Job, stage: int, critic: bool = False) -> tuple[list[Item],
         Item(f"{who} optimizer (master weights + 2 Adam moments)", opt_pp * shard * on_gpu, "exact",
              f"{opt_pp} B/param over DP x CP = {par.dp * par.cp}"
              + (f", experts over expert-DP {par.edp}" if expert else "")
-             + (" ; --optimizer-cpu-offload keeps it on the host" if tr.cpu_adam and on_gpu == 0 else "")),
+             + ("; --optimizer-cpu-offload keeps it on the host" if tr.cpu_adam and on_gpu == 0 else "")),
     ]
     return items, {"params": n, "dense": dense, "expert": expert, "shard": shard, "tensors": tensors}
 

@@ -642,7 +642,7 @@ def render(planned: Planned, console) -> None:
     table.add_column("how", no_wrap=True)
     table.add_column("detail")
     for phase in [*plan.phases, plan.host]:
-        table.add_row(Text(f"{phase.name} [{phase.where}]", style="bold"), "", "", "")
+        table.add_row(Text(f"{phase.name} [{phase.where}]", style="bold"), "", "", phase.note)
         for item in phase.items:
             table.add_row(f"  {item.label}", P.gib(item.bytes), item.kind, item.detail)
         capacity = phase.capacity
@@ -666,7 +666,8 @@ def to_dict(planned: Planned) -> dict:
     job = plan.job
 
     def phase(p: P.Phase) -> dict:
-        return {"name": p.name, "where": p.where, "peak_bytes": int(p.total), "peak_gib": round(p.total / P.GIB, 3),
+        return {"name": p.name, "where": p.where, "note": p.note, "peak_bytes": int(p.total),
+                "peak_gib": round(p.total / P.GIB, 3),
                 "capacity_bytes": p.capacity, "verdict": P.verdict(p.total, p.capacity),
                 "items": [{"item": i.label, "bytes": int(i.bytes), "gib": round(i.bytes / P.GIB, 3), "kind": i.kind,
                            "detail": i.detail} for i in p.items]}
