@@ -451,6 +451,11 @@ def _fix_candidates(job: P.Job, limit: float) -> list[Fix]:
     if tr.longest > par.cp * (tr.max_tokens or 0) and par.world % (par.tp * par.pp * par.cp * 2) == 0:
         out.append(Fix(P.with_par(job, cp=par.cp * 2), f"--context-parallel-size {par.cp * 2}",
                        "each long sample split over more GPUs", "fewer data-parallel ranks, ring-attention traffic", 3))
+    ep2 = par.ep * 2
+    if shape.experts and shape.experts % ep2 == 0 and par.world % (ep2 * par.expert_tp * par.pp) == 0:
+        out.append(Fix(P.with_par(job, ep=ep2), f"--expert-model-parallel-size {ep2}",
+                       f"{shape.experts // ep2} experts a layer on each GPU",
+                       "more all-to-all traffic between expert ranks", 3))
     tp2 = par.tp * 2
     if (par.world % (tp2 * par.pp * par.cp) == 0 and shape.heads % tp2 == 0 and shape.kv_heads % tp2 == 0
             and tp2 <= job.gpus_per_node):
@@ -462,29 +467,38 @@ def _fix_candidates(job: P.Job, limit: float) -> list[Fix]:
 def train_fixes(job: P.Job, peak: float) -> list[str]:
     """Knobs that bring the training peak under 90% of the card, each with its saving and its cost.
 
-    Single knobs that suffice, cheapest first; else the knobs that together do, largest saving first."""
+    Single knobs that suffice, cheapest first; else the knobs that together do, largest saving first
+    (a knob raised twice on the way is given once, at its last value)."""
     limit = P.WARN_FRACTION * job.card.usable
 
-    def line(fix: Fix, before: float) -> str:
-        return f"`{fix.flags}` → {P.gib(before - P.peak_train(fix.job))} GiB less ({fix.what}); {fix.cost}"
+    def line(fix: Fix, before: float, after: float) -> str:
+        return f"`{fix.flags}` → {P.gib(before - after)} GiB less ({fix.what}); {fix.cost}"
 
     options = [(f, P.peak_train(f.job)) for f in _fix_candidates(job, limit)]
-    enough = sorted((f for f, p in options if p <= limit), key=lambda f: f.rank)
+    enough = sorted(((f, p) for f, p in options if p <= limit), key=lambda fp: fp[0].rank)
     if enough:
-        return [line(f, peak) for f in enough[:3]]
-    chosen, current, current_peak = [], job, peak
-    while current_peak > limit and len(chosen) < 4:
+        return [line(f, peak, p) for f, p in enough[:3]]
+    chain: dict[str, tuple[Fix, float, float]] = {}  # knob -> (fix, peak before it was first raised, after)
+    current, current_peak = job, peak
+    for _ in range(6):
+        if current_peak <= limit:
+            break
         candidates = [(f, P.peak_train(f.job)) for f in _fix_candidates(current, limit)]
         candidates = [(f, p) for f, p in candidates if p < current_peak - P.MIB]
         if not candidates:
             break
         fix, new_peak = min(candidates, key=lambda c: c[1])
-        chosen.append(line(fix, current_peak))
+        knob = fix.flags.split()[0]
+        before = chain[knob][1] if knob in chain else current_peak
+        chain[knob] = (fix, before, new_peak)
         current, current_peak = fix.job, new_peak
-    if not chosen:
+    if not chain:
         return []
+    lines = [line(f, before, after) for f, before, after in chain.values()]
     verdict = "fits" if current_peak <= limit else "still does not fit: use more GPUs per model copy or a larger GPU"
-    return chosen + [f"all {len(chosen)} together: {P.gib(current_peak)} GiB, which {verdict}"]
+    if len(lines) == 1:
+        return [lines[0] + f": {P.gib(current_peak)} GiB, which {verdict}"]
+    return lines + [f"all {len(lines)} together: {P.gib(current_peak)} GiB, which {verdict}"]
 
 
 def _join(lines: list[str]) -> str:
