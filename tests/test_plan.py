@@ -480,3 +480,32 @@ def test_host_ram_from_a_capture_is_judged(tmp_path):
     assert plan["gpu"]["usable_bytes"] == 150_109_880_320
     assert plan["peaks"]["host RAM per node"]["verdict"] == "FAIL"
     assert result.returncode == 1
+
+
+def test_a_fraction_that_crowds_the_card_gets_the_fraction_that_fits():
+    from slime_check.plan_report import findings
+
+    model = ["--num-layers", "28", "--hidden-size", "1024", "--ffn-hidden-size", "3072", "--num-attention-heads", "16",
+             "--group-query-attention", "--num-query-groups", "8", "--kv-channels", "128", "--vocab-size", "151936",
+             "--swiglu", "--disable-bias-linear", "--qk-layernorm"]
+    planned = _plan_argv([*model, *BASE, "--colocate", "--sglang-mem-fraction-static", "0.99"])
+    rollout = {f.id: f for f in findings(planned)}["plan.rollout_memory"]
+    assert rollout.status.value == "FAIL"
+    fit = float(rollout.fix.split("--sglang-mem-fraction-static ")[1].split("`")[0])
+    refit = _plan_argv([*model, *BASE, "--colocate", "--sglang-mem-fraction-static", str(fit)])
+    peak = next(p for p in refit.plan.phases if p.name.startswith("rollout")).total
+    assert peak <= 0.9 * H100.usable and "fewer tokens in flight" in rollout.fix
+
+
+def test_an_moe_that_does_not_fit_gets_the_expert_parallel_size_that_does():
+    from slime_check.plan_report import train_fixes
+
+    moe = P.Shape(layers=48, hidden=2048, ffn=6144, heads=32, kv_heads=4, head_dim=128, vocab=151936, tied=False,
+                  qk_norm=True, experts=128, moe_ffn=768, topk=8)  # Qwen3-30B-A3B
+    job = _job(shape=moe, par=P.Parallel(world=8, tp=1, ep=1), train=_train(recompute="full", grad_fp32=True,
+                                                                             recompute_method="uniform",
+                                                                             recompute_layers=1, cpu_adam=True))
+    fixes = train_fixes(job, P.peak_train(job))
+    assert any(f.startswith("`--expert-model-parallel-size ") for f in fixes), fixes
+    ep = int(next(f for f in fixes if "--expert-model-parallel-size" in f).split()[1].rstrip("`"))
+    assert P.peak_train(P.with_par(job, ep=ep)) <= 0.9 * H100.usable
