@@ -502,7 +502,7 @@ def test_an_moe_that_does_not_fit_gets_the_expert_parallel_size_that_does():
 
     moe = P.Shape(layers=48, hidden=2048, ffn=6144, heads=32, kv_heads=4, head_dim=128, vocab=151936, tied=False,
                   qk_norm=True, experts=128, moe_ffn=768, topk=8)  # Qwen3-30B-A3B
-    job = _job(shape=moe, par=P.Parallel(world=8, tp=1, ep=1), train=_train(recompute="full", grad_fp32=True,
+    job = _job(shape=moe, par=P.Parallel(world=8, tp=1, ep=1, etp=1), train=_train(recompute="full", grad_fp32=True,
                                                                              recompute_method="uniform",
                                                                              recompute_layers=1, cpu_adam=True))
     fixes = train_fixes(job, P.peak_train(job))
