@@ -20,8 +20,6 @@ import pytest
 
 from slime_check import plan as P
 
-pytestmark = pytest.mark.slow  # two processes importing megatron-core: 17 to 28 s on 2 cores
-
 VOCAB = 250  # padded to 256 by megatron's rule, so the padding is exercised
 LAYOUTS = {
     "tp2": {"tp": 2, "pp": 1, "ep": 1, "tied": True, "experts": 0},
