@@ -3,7 +3,7 @@
 CPU (default): the quick start's recipe (``slime-check quickstart``: the embedded tiny Qwen3 and its
 arithmetic task, the supervised warm-up, then GRPO colocated on the real stack: Ray, the built-in
 engine behind sglang-router, the Megatron actor, weight sync by tensor handles). Its flags come from
-``slime_check.quickstart`` (``warmup_argv``/``grpo_argv``), so the bench runs what users run.
+``slime_rehearse.quickstart`` (``warmup_argv``/``grpo_argv``), so the bench runs what users run.
 Reports the median seconds of each phase of a GRPO step (rollout, log-probs, train, weight sync,
 eval), tokens/s, and the peak resident memory of every process of the run together (the driver and
 its descendants: Ray's GCS, raylet and workers, the engines and the router), sampled with psutil.
@@ -104,10 +104,10 @@ def step_summary(run: dict, samples_per_step: int) -> dict:
 
 
 def run_cpu(out: Path, num_rollout: int, seed: int) -> dict:
-    from slime_check.quickstart import QuickstartConfig, grpo_argv, warmup_argv
     from slime_ref.arguments import parse_args
     from slime_ref.assets import make_tiny
     from slime_ref.train import train
+    from slime_rehearse.quickstart import QuickstartConfig, grpo_argv, warmup_argv
 
     cfg = QuickstartConfig(seed=seed, num_rollout=num_rollout)
     cfg.eval_interval = max(1, min(cfg.eval_interval, num_rollout))

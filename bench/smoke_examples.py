@@ -63,7 +63,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MIRROR = Path("/work/.mirror/THUDM+slime/repo")
-INVENTORY = REPO / "reference_impl" / "slime_check" / "compat" / "examples_v0.3.1.json"
+INVENTORY = REPO / "reference_impl" / "slime_rehearse" / "compat" / "examples_v0.3.1.json"
 ENTRY = re.compile(r"\btrain(_async)?\.py\b")
 GUARD_S = 300  # the bench's margin over smoke's --timeout, for its checks, assets and hook preflight
 
@@ -600,7 +600,7 @@ def run_smoke(script: Path, slime_dir: Path, out: Path, env: dict[str, str], res
     """(exit status, the --json report, stderr tail, wall seconds, stopped by the bench's guard).
     ``slime_version``: the slime the examples come from, for smoke's --slime-version (the exported tree
     has no git history to tell it)."""
-    cmd = [sys.executable, "-c", "from slime_check.cli import main; main()", "smoke", str(script),
+    cmd = [sys.executable, "-c", "from slime_rehearse.cli import main; main()", "smoke", str(script),
            "--with", "slime-ref", "--slime-dir", str(slime_dir), "--out", str(out), "--json",
            "--timeout", str(timeout_s), "--rollouts", str(rollouts)]
     if slime_version:

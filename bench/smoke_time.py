@@ -54,7 +54,7 @@ def shapes(tiny, work: Path) -> dict[str, list[str]]:
 def run_once(args: list[str], out: Path, rollouts: int) -> dict:
     env = {**os.environ, "COLUMNS": "200",
            "PYTHONPATH": os.pathsep.join([str(REPO / "reference_impl"), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-c", "from slime_check.cli import main; main()", "smoke", *args, "--out", str(out),
+    cmd = [sys.executable, "-c", "from slime_rehearse.cli import main; main()", "smoke", *args, "--out", str(out),
            "--json", "--rollouts", str(rollouts)]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out.parent)

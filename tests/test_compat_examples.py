@@ -1,6 +1,6 @@
 """The slime names slime v0.3.1's examples use, and what slime-check's slime compatibility layer does with each.
 
-The inventory (slime_check/compat/examples_v0.3.1.json) lists, per example folder, the launch scripts,
+The inventory (slime_rehearse/compat/examples_v0.3.1.json) lists, per example folder, the launch scripts,
 the hook flags they pass, every ``slime.*`` name the example's code imports (at module level or inside
 a function) or its scripts pass as a hook path, and the services it needs outside slime; its
 ``names`` table says for each name whether the layer provides it or refuses it, and why.
@@ -27,15 +27,15 @@ from types import SimpleNamespace
 import pytest
 from aiohttp import web
 
-from slime_check.compat import ROOT as COMPAT_ROOT
-from slime_check.compat import TARGET_ENV
 from slime_ref.errors import UserError
 from slime_ref.types import Sample
 from slime_ref.utils import hooks
 from slime_ref.utils.hooks import SLIME_BUILTINS, load_function
+from slime_rehearse.compat import ROOT as COMPAT_ROOT
+from slime_rehearse.compat import TARGET_ENV
 
 REPO = Path(__file__).resolve().parents[1]
-INVENTORY_PATH = REPO / "reference_impl" / "slime_check" / "compat" / "examples_v0.3.1.json"
+INVENTORY_PATH = REPO / "reference_impl" / "slime_rehearse" / "compat" / "examples_v0.3.1.json"
 INVENTORY = json.loads(INVENTORY_PATH.read_text())
 NAMES = INVENTORY["names"]
 PROVIDED = sorted(n for n, e in NAMES.items() if e["status"] == "provided")
@@ -297,7 +297,7 @@ def test_on_policy_distillation_hooks_ask_the_teacher_and_keep_the_response_log_
 
 
 def test_dapo_compute_score_keeps_slimes_signature_and_results():
-    from slime_check.compat.slime.rollout.rm_hub.math_dapo_utils import compute_score
+    from slime_rehearse.compat.slime.rollout.rm_hub.math_dapo_utils import compute_score
 
     assert compute_score("... so the total is\nAnswer: 34", "34") == {"score": 1.0, "acc": True, "pred": "34"}
     assert compute_score("Answer: 35", "34.0")["score"] == -1.0

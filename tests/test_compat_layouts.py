@@ -1,7 +1,7 @@
 """The slime compatibility namespace serves the module layout of the slime a job targets.
 
 slime #2298 (in main after v0.3.1) moved slime.utils.{logging_utils, metric_utils, ...} to
-slime.observability.*. The table in slime_check/compat/layouts.py says which name each slime has; the
+slime.observability.*. The table in slime_rehearse/compat/layouts.py says which name each slime has; the
 namespace serves the target's name, refuses the other one with where the module went, and
 ``layout_findings`` reads the same from a hook's source. Without slime's source the table is checked
 against the committed module listing (tests/fixtures/slime_layouts/, README there); with the git
@@ -22,9 +22,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from slime_check.compat import ROOT as COMPAT_ROOT
-from slime_check.compat import TARGET_ENV, layout_findings, layouts
-from slime_check.compat.layouts import MAIN, MODULES, V031, explain, explain_import_error
+from slime_rehearse.compat import ROOT as COMPAT_ROOT
+from slime_rehearse.compat import TARGET_ENV, layout_findings, layouts
+from slime_rehearse.compat.layouts import MAIN, MODULES, V031, explain, explain_import_error
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "slime_layouts" / "modules.json"
@@ -149,7 +149,7 @@ def test_the_committed_listing_regenerates_byte_identical_from_slimes_source():
 
 
 def test_the_trace_helpers_take_slimes_parameters():
-    from slime_check.compat.backing import trace_utils
+    from slime_rehearse.compat.backing import trace_utils
 
     for target in layouts.TARGETS:
         theirs = _listing()[target]["trace_utils"]
@@ -165,7 +165,7 @@ def test_the_trace_helpers_take_slimes_parameters():
 
 
 def _preflight(tmp_path: Path, target: str | None, hook_path: str) -> tuple[list, dict]:
-    from slime_check.smoke import preflight_hooks, run_env, write_hooks
+    from slime_rehearse.smoke import preflight_hooks, run_env, write_hooks
 
     hooks = {"rm": ("--custom-rm-path", hook_path)}
     out = tmp_path / "out"
@@ -327,8 +327,8 @@ def test_layout_findings_name_the_module_the_pr_and_the_import_to_use(tmp_path):
 
 
 def test_the_trace_helpers_never_fail_the_code_they_wrap():
-    from slime_check.compat.backing import trace_utils as T
     from slime_ref.types import Sample
+    from slime_rehearse.compat.backing import trace_utils as T
 
     @T.trace_function("plain")
     def plain(x):

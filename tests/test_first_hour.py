@@ -459,8 +459,8 @@ def test_deterministic_inference_sends_slimes_sampling_seeds(tiny, tmp_path, mon
 
 
 def test_the_quick_start_saves_the_trained_model_as_hf_and_asks_for_repeatable_rollouts(tiny, tmp_path):
-    from slime_check.quickstart import QuickstartConfig, grpo_argv
     from slime_ref.arguments import parse_args
+    from slime_rehearse.quickstart import QuickstartConfig, grpo_argv
 
     (tmp_path / "warmup" / "hf").mkdir(parents=True)
     for src in tiny.model_dir.iterdir():
@@ -479,7 +479,7 @@ def test_the_quick_start_saves_the_trained_model_as_hf_and_asks_for_repeatable_r
 
 
 def test_next_steps_use_this_runs_outputs_as_paths_from_the_working_directory(tiny, tmp_path, monkeypatch):
-    from slime_check.quickstart import next_steps
+    from slime_rehearse.quickstart import next_steps
 
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "slime-quickstart"
@@ -499,7 +499,7 @@ def test_the_quick_start_prints_piped_output_at_200_columns_as_prereqs_and_confi
     from click.testing import CliRunner
 
     from slime_check import quickstart as qs
-    from slime_check.cli import cli
+    from slime_rehearse.cli import cli
 
     seen = {}
     monkeypatch.setattr(qs, "run_quickstart", lambda out, cfg, force, console: seen.setdefault("console", console))
@@ -516,7 +516,7 @@ _SHORT_QUICKSTART = """
 import sys
 from pathlib import Path
 from rich.console import Console
-from slime_check.quickstart import QuickstartConfig, run_quickstart
+from slime_rehearse.quickstart import QuickstartConfig, run_quickstart
 cfg = QuickstartConfig(seed=0, warmup_steps=20, num_rollout=4, eval_interval=2)
 run_quickstart(Path(sys.argv[1]), cfg, True, Console(width=200))
 """

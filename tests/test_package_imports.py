@@ -1,9 +1,12 @@
-"""How the three packages depend on each other.
+"""How the four packages depend on each other.
 
-``slime_common`` (errors, atomic writes, the flag registry) imports neither of the others;
-``slime_ref`` never imports ``slime_check``; ``slime_check`` reaches the trainer only lazily (the
-quick start). Inside ``slime_ref`` the subpackages import each other without a cycle. And
-``slime-check prereqs`` loads no Ray, no torch and nothing of the trainer.
+``slime_common`` (errors, atomic writes, the flag registry) imports none of the others. ``slime_check``
+(prereqs, capture, config lint: it reads, probes and reports) imports nothing of ``slime_ref`` or
+``slime_rehearse``, not even inside a function. ``slime_ref`` (the trainer) imports nothing of
+``slime_check`` or ``slime_rehearse``. ``slime_rehearse`` (the ``slime-check`` command, smoke, quick
+start, the ``slime`` compatibility namespace) sits above both. Inside ``slime_ref`` the subpackages
+import each other without a cycle. And ``slime-check prereqs`` loads no Ray, no torch and nothing of
+the trainer.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "reference_impl"
-PACKAGES = ("slime_common", "slime_check", "slime_ref")
+PACKAGES = ("slime_common", "slime_check", "slime_ref", "slime_rehearse")
 
 
 def _unit(module: str) -> str:
@@ -27,20 +30,20 @@ def _unit(module: str) -> str:
     return parts[0]
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     """Every import between units, at module level or inside a function."""
     graph: dict[str, set[str]] = defaultdict(set)
-    for path in ROOT.rglob("*.py"):
-        if "bundle" in path.relative_to(ROOT).parts:
+    for path in root.rglob("*.py"):
+        if "bundle" in path.relative_to(root).parts:
             continue
-        source = _unit(_module_name(path))
+        source = _unit(_module_name(path, root))
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -87,28 +90,44 @@ def test_no_import_cycle():
     assert find_cycle(graph) is None
 
 
+def _targets(graph: dict[str, set[str]], package: str) -> set[str]:
+    """The top-level packages that ``package``'s modules import (any level, inside functions too)."""
+    return {t.split(".")[0] for src, targets in graph.items() if src.split(".")[0] == package for t in targets}
+
+
 def test_packages_depend_in_one_direction():
     graph = import_graph()
-    assert not {t for t in graph["slime_common"] if t != "slime_common"}
-    ref_targets = {t for src, targets in graph.items() if src.startswith("slime_ref") for t in targets}
-    assert "slime_check" not in ref_targets
+    assert _targets(graph, "slime_common") <= {"slime_common"}
+    assert not _targets(graph, "slime_ref") & {"slime_check", "slime_rehearse"}
+    assert not _targets(graph, "slime_check") & {"slime_ref", "slime_rehearse"}
     assert "slime_ref.ray" not in graph["slime_ref.weights"]
 
 
-def test_slime_check_reaches_the_trainer_only_lazily():
-    """Module-level imports of slime_check's modules never name slime_ref. The `slime` compatibility
-    namespace (slime_check/compat) is exempt: it is slime-ref's face for users' hooks, put on a smoke
-    run's path, and never imported by slime_check itself."""
+def test_the_rehearsal_sits_above_both_tools():
+    """slime_rehearse is what joins the checker to the trainer: it imports both, and the walk sees it."""
+    graph = import_graph()
+    assert {"slime_check", "slime_ref"} <= _targets(graph, "slime_rehearse")
+
+
+def test_the_walk_sees_function_level_imports(tmp_path):
+    """An import inside a function is an edge too (the checker may not reach the trainer lazily)."""
+    (tmp_path / "slime_check").mkdir()
+    (tmp_path / "slime_check" / "lazy.py").write_text(
+        "def f():\n    import slime_ref.train\n    from slime_rehearse import smoke_runtime\n")
+    assert import_graph(tmp_path)["slime_check"] == {"slime_ref.train", "slime_rehearse"}
+
+
+def test_slime_check_finds_the_rehearsal_by_name_only():
+    """config's hook import check runs slime_rehearse's preflight in another interpreter, by module name;
+    no module of slime_check names slime_ref or slime_rehearse in importlib.import_module or __import__."""
     for path in (ROOT / "slime_check").rglob("*.py"):
-        if "bundle" in path.parts or "compat" in path.parts:
+        if "bundle" in path.parts:
             continue
-        for node in ast.parse(path.read_text()).body:
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            assert not [n for n in names if n.split(".")[0] == "slime_ref"], path
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                func = ast.unparse(node.func)
+                if func in ("importlib.import_module", "import_module", "__import__"):
+                    assert str(node.args[0].value).split(".")[0] not in ("slime_ref", "slime_rehearse"), path
 
 
 def test_prereqs_imports_no_ray_torch_or_trainer(tmp_path):
@@ -117,7 +136,7 @@ def test_prereqs_imports_no_ray_torch_or_trainer(tmp_path):
         "atexit.register(lambda: print('MODULES ' + json.dumps(sorted({m.split('.')[0] for m in sys.modules})),"
         " file=sys.stderr))\n"
         "sys.argv = ['slime-check', 'prereqs', '--json']\n"
-        "from slime_check.cli import main\n"
+        "from slime_rehearse.cli import main\n"
         "main()\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -256,7 +256,7 @@ def test_pinned_backups_round_each_tensor_up_to_a_power_of_two():
 
 
 def _run(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "slime_check.cli", "plan", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "slime_rehearse.cli", "plan", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -376,7 +376,7 @@ def test_plan_runs_under_two_seconds_without_importing_torch():
         import sys, time
         t = time.perf_counter()
         from click.testing import CliRunner
-        from slime_check.cli import cli
+        from slime_rehearse.cli import cli
         r = CliRunner().invoke(cli, ["plan", "--gpu", "H100-80GB", "--env", "NUM_GPUS=8", "--json",
                                      "{SCRIPTS / 'run-qwen3-4B.sh'}"])
         assert r.exit_code == 0, r.output

@@ -179,7 +179,7 @@ def test_ctrl_c_stops_exactly_what_the_quickstart_started(tmp_path):
 
 def test_a_failed_check_refuses_to_start(tmp_path, monkeypatch):
     from slime_check import quickstart as qs
-    from slime_check.cli import cli
+    from slime_rehearse.cli import cli
 
     monkeypatch.setattr(qs, "quickstart_checks", lambda out: [
         Finding("quickstart.memory", Status.FAIL, "0.5 GiB of memory available", "free memory", qs.DOC)])
@@ -190,7 +190,7 @@ def test_a_failed_check_refuses_to_start(tmp_path, monkeypatch):
 
 
 def test_quickstart_checks_pass_on_this_machine(tmp_path):
-    from slime_check.quickstart import quickstart_checks
+    from slime_rehearse.quickstart import quickstart_checks
 
     findings = quickstart_checks(tmp_path)
     assert {f.id for f in findings} >= {"quickstart.packages", "quickstart.memory", "quickstart.shm"}
@@ -198,8 +198,8 @@ def test_quickstart_checks_pass_on_this_machine(tmp_path):
 
 
 def test_recipe_flags_parse_and_keep_the_batch_identity(tiny, tmp_path):
-    from slime_check.quickstart import QuickstartConfig, grpo_argv, warmup_argv
     from slime_ref.arguments import parse_args
+    from slime_rehearse.quickstart import QuickstartConfig, grpo_argv, warmup_argv
 
     cfg = QuickstartConfig()
     (tmp_path / "warmup" / "hf").mkdir(parents=True)
@@ -215,7 +215,7 @@ def test_recipe_flags_parse_and_keep_the_batch_identity(tiny, tmp_path):
 
 def test_a_swallowed_ctrl_c_still_stops_the_run_at_its_next_phase():
     # a KeyboardInterrupt raised inside a finalizer is dropped by Python; the latch remembers it
-    from slime_check.quickstart import InterruptLatch
+    from slime_rehearse.quickstart import InterruptLatch
 
     events, totals = [], []
 

@@ -99,7 +99,7 @@ def test_a_hook_changes_the_rollouts_sampling_params_through_generate_state(tiny
     """slime's GenerateState(args).sampling_params is the dict every group of the default rollout is
     sent with: a hook that sets ignore_eos there gets full-length responses, still one request a group;
     another run's args start again from the flags."""
-    from slime_check.compat.slime.rollout.sglang_rollout import GenerateState
+    from slime_rehearse.compat.slime.rollout.sglang_rollout import GenerateState
 
     params = []
     batch = SGLangClient.generate_batch

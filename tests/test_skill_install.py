@@ -182,7 +182,8 @@ def test_a_wheel_install_ships_and_installs_the_same_bundle(installed, tmp_path)
     assert where.stdout.startswith(str(target)), where.stdout + where.stderr
     home = tmp_path / "hermes-from-wheel"
     result = run(
-        sys.executable, "-m", "slime_check.cli", "skill", "install", "--hermes-home", str(home), env=env, cwd=tmp_path
+        sys.executable, "-m", "slime_rehearse.cli", "skill", "install", "--hermes-home", str(home), env=env,
+        cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
     from_wheel = json.loads((home / "skills" / "mlops" / SKILL_NAME / MANIFEST_NAME).read_text())["files"]

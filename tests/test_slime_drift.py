@@ -16,8 +16,8 @@ from slime_check.config_lint import lint_argv
 from slime_check.drift import DRIFTS, MAIN, V031
 from slime_check.findings import Status
 from slime_check.launch_script import Origin, Word
-from slime_check.smoke import Job
-from slime_check.smoke_verdict import drift_rehearsal
+from slime_rehearse.smoke import Job
+from slime_rehearse.smoke_verdict import drift_rehearsal
 
 MAIN_SOURCES = Path(__file__).parent / "fixtures" / "slime_sources" / "main-624b824"  # slime 624b824's files
 BASE = ["--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--global-batch-size", "8", "--num-rollout", "1",
@@ -219,7 +219,8 @@ def test_smoke_for_main_on_slime_ref_names_the_drift_and_rehearses_the_rest():
                                    "   --rollout-temperature 1.0\n   --eps-clip-c 3\n   --freeze-indexer\n"))
         env = {**os.environ, "COLUMNS": "200"}
         env.pop("SLIME_IMAGE", None)
-        done = subprocess.run([sys.executable, "-c", "from slime_check.cli import main; main()", "smoke", str(script),
+        done = subprocess.run([sys.executable, "-c", "from slime_rehearse.cli import main; main()", "smoke",
+                               str(script),
                                "--slime-version", "main", "--out", str(root / "out"), "--json",
                                "--env", f"TINY={tiny.root}", "--env", f"SAVE_DIR={root / 'ckpt'}"],
                               capture_output=True, text=True, timeout=900, env=env)

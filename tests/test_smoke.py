@@ -20,12 +20,12 @@ import pytest
 
 from slime_check.findings import Status
 from slime_check.log_signatures import scan
-from slime_check.smoke import Job, SmokeOptions, last, shrink, split_flags
+from slime_rehearse.smoke import Job, SmokeOptions, last, shrink, split_flags
 
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures" / "smoke"
 REPO = TESTS.parent
-CLI = [sys.executable, "-c", "from slime_check.cli import main; main()"]
+CLI = [sys.executable, "-c", "from slime_rehearse.cli import main; main()"]
 
 
 def _env(**extra) -> dict:
@@ -175,7 +175,7 @@ def test_a_real_slime_hook_that_does_not_import_is_named_from_its_log():
 
 
 def test_real_slime_log_metrics_give_rewards_and_groups_with_equal_rewards():
-    from slime_check.smoke import Shrunk, slime_log_metrics, verdict
+    from slime_rehearse.smoke import Shrunk, slime_log_metrics, verdict
 
     text = gzip.decompress((REAL_LOGS / "h200-smoke.log.gz").read_bytes()).decode()
     metrics = slime_log_metrics(text, groups=2)  # the smoke's --rollout-batch-size 2
@@ -214,7 +214,7 @@ def test_normal_lines_are_not_findings():
 
 
 def test_compat_layer_provides_slimes_hook_imports_and_names_a_missing_one():
-    from slime_check.compat import ROOT
+    from slime_rehearse.compat import ROOT
 
     code = ("from slime.utils.types import Sample\nfrom slime.utils.http_utils import post\n"
             "from slime.rollout.sglang_rollout import GenerateState\n"
@@ -382,7 +382,7 @@ def test_with_slime_reads_rewards_and_truncation_from_slimes_log_lines(short_tmp
 
 
 def test_ray_auth_mode_is_decided_once_for_the_head_and_its_clients(tmp_path):
-    from slime_check.smoke import ray_auth_env
+    from slime_rehearse.smoke import ray_auth_env
 
     token = tmp_path / "auth_token"
     assert ray_auth_env({"HOME": str(tmp_path)}) == {}
@@ -398,7 +398,7 @@ def test_ray_auth_mode_is_decided_once_for_the_head_and_its_clients(tmp_path):
 def test_a_token_protected_smoke_head_is_joined_by_its_client(short_tmp):
     """Ray turns on token auth for `ray start --head` when a token file exists; slime's train.py joins
     by RAY_ADDRESS and must be given the mode too, or it is refused (seen on the H200)."""
-    from slime_check.smoke import start_ray_head
+    from slime_rehearse.smoke import start_ray_head
 
     token = short_tmp / "auth_token"
     token.write_text("a1" * 32)
@@ -533,7 +533,7 @@ def test_ctrl_c_stops_the_run_and_leaves_nothing(short_tmp, tiny):
 
 
 def test_tiny_model_keeps_the_users_family_shape(tmp_path):
-    from slime_check.smoke import build_model
+    from slime_rehearse.smoke import build_model
 
     user = tmp_path / "Llama-3.1-8B"
     user.mkdir()
@@ -549,7 +549,7 @@ def test_tiny_model_keeps_the_users_family_shape(tmp_path):
 
 
 def test_a_family_slime_ref_does_not_build_becomes_the_nearest_dense_shape_with_a_warning(tmp_path):
-    from slime_check.smoke import build_model
+    from slime_rehearse.smoke import build_model
 
     user = tmp_path / "moe"
     user.mkdir()
@@ -571,7 +571,7 @@ def _result(rewards, truncated, rc=0, errors=0):
 
 
 def _verdict(result, user_len):
-    from slime_check.smoke import Shrunk, verdict
+    from slime_rehearse.smoke import Shrunk, verdict
 
     shrunk = Shrunk([], [], {}, [], user_len, {})
     return {f.id: f for f in verdict(result, shrunk, SmokeOptions(out=Path("/tmp/x")))}
@@ -607,7 +607,7 @@ def test_with_slime_starts_a_ray_head_of_its_own_and_stops_it(short_tmp, tiny):
 
 
 def test_flags_slime_ref_does_not_implement_are_left_out_and_named():
-    from slime_check.smoke import drop_unimplemented
+    from slime_rehearse.smoke import drop_unimplemented
 
     kept, dropped = drop_unimplemented(["--lr", "1e-6", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
                                         "--attention-softmax-in-fp32", "--sglang-mem-fraction-static", "0.7",

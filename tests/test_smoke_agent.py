@@ -18,7 +18,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 JOBS = TESTS / "fixtures" / "smoke_jobs"
 REPO = TESTS.parent
-CLI = [sys.executable, "-c", "from slime_check.cli import main; main()"]
+CLI = [sys.executable, "-c", "from slime_rehearse.cli import main; main()"]
 TOOL_BRANCH = "run_tool"  # the function only a tool call reaches (agent_hooks/calculator.py)
 
 

@@ -83,10 +83,10 @@ def test_critic_only_run_leaves_the_actor_bit_identical(tiny, tmp_path):
 def test_ppo_raises_the_reward_by_the_grpo_quickstarts_margin(tmp_path):
     """The GRPO quick start's recipe with --advantage-estimator ppo: the held-out reward rises by at
     least the 0.3 the quick start must reach (measured: 0.18 -> 0.77 with PPO, 0.23 -> 0.78 with GRPO)."""
-    from slime_check.quickstart import QuickstartConfig, grpo_argv, warmup_argv
     from slime_ref.arguments import parse_args
     from slime_ref.assets import make_tiny
     from slime_ref.train import train
+    from slime_rehearse.quickstart import QuickstartConfig, grpo_argv, warmup_argv
 
     out = tmp_path / "qs"
     cfg = QuickstartConfig(seed=0)

@@ -22,7 +22,7 @@ mkdir -p "$WORK/bin" "$LOGS"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 
 # slime-check on PATH, as `pip install` of this repository puts it
-printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec python3 -c "from slime_check.cli import main; main()" "$@"\n' \
+printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec python3 -c "from slime_rehearse.cli import main; main()" "$@"\n' \
   "$REPO/reference_impl" >"$WORK/bin/slime-check"
 chmod +x "$WORK/bin/slime-check"
 export PATH=$WORK/bin:$PATH

@@ -18,7 +18,7 @@ from slime_ref.errors import UserError
 # slime's own built-in hooks, so a slime launch script runs unchanged: slime path -> slime-ref's counterpart.
 # Only names whose counterpart takes the same arguments and returns the same kind of value.
 # The hook paths slime's v0.3.1 examples pass are listed, with what becomes of each, in
-# slime_check/compat/examples_v0.3.1.json.
+# slime_rehearse/compat/examples_v0.3.1.json.
 SLIME_BUILTINS = {
     "slime.rollout.sglang_rollout.generate_rollout": "slime_ref.rollout.sglang_rollout.generate_rollout",
     "slime.rollout.sglang_rollout.generate": "slime_ref.rollout.sglang_rollout.generate",

@@ -1,2 +1,0 @@
-"""Modules the compatibility namespace serves under a slime name that depends on the target slime
-(``slime_check.compat.layouts.MODULES``): one implementation, two names."""
