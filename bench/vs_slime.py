@@ -77,7 +77,7 @@ def model_args(slime_dir: Path) -> list[str]:
 
 
 def without(argv: list[str], names: set[str]) -> list[str]:
-    from slime_rehearse.smoke import split_flags
+    from slime_rehearse.smoke_job import split_flags
 
     return [w for flag, values in split_flags(argv) if flag not in names for w in (flag, *values)]
 
@@ -171,7 +171,8 @@ def ours_path():
 
 def run_slime(name: str, argv: list[str], workdir: Path, slime_dir: Path, megatron_dir: Path, timeout_s: float) -> dict:
     """slime's train.py with its own Ray head; its log, its metric lines, wall time and peak GPU memory."""
-    from slime_rehearse.smoke import slime_log_metrics, start_ray_head
+    from slime_rehearse.rehearsal import slime_log_metrics
+    from slime_rehearse.smoke_launch import start_ray_head
 
     out = workdir / name
     out.mkdir(parents=True, exist_ok=True)

@@ -283,7 +283,7 @@ def test_vs_slime_gives_slime_only_its_own_flags_and_both_the_same_work(tiny, tm
     import grpo_step
     import vs_slime
     from slime_common.registry import load_registry
-    from slime_rehearse.smoke import split_flags
+    from slime_rehearse.smoke_job import split_flags
 
     models = tmp_path / "slime" / "scripts" / "models"
     models.mkdir(parents=True)

@@ -165,7 +165,8 @@ def test_the_trace_helpers_take_slimes_parameters():
 
 
 def _preflight(tmp_path: Path, target: str | None, hook_path: str) -> tuple[list, dict]:
-    from slime_rehearse.smoke import preflight_hooks, run_env, write_hooks
+    from slime_check.hook_check import preflight_hooks, write_hooks
+    from slime_rehearse.smoke_launch import run_env
 
     hooks = {"rm": ("--custom-rm-path", hook_path)}
     out = tmp_path / "out"

@@ -56,7 +56,8 @@ def test_other_errors_are_left_alone():
 
 
 def test_the_preflight_finding_names_the_service(tmp_path):
-    from slime_rehearse.smoke import preflight_hooks, run_env, write_hooks
+    from slime_check.hook_check import preflight_hooks, write_hooks
+    from slime_rehearse.smoke_launch import run_env
 
     (tmp_path / "generate_with_tau.py").write_text(TAU_LIKE.replace("from . import sibling_relative\n", "")
                                                    + "async def generate(args, sample, sampling_params):\n"

@@ -16,7 +16,7 @@ from slime_check.config_lint import lint_argv
 from slime_check.drift import DRIFTS, MAIN, V031
 from slime_check.findings import Status
 from slime_check.launch_script import Origin, Word
-from slime_rehearse.smoke import Job
+from slime_rehearse.smoke_job import Job
 from slime_rehearse.smoke_verdict import drift_rehearsal
 
 MAIN_SOURCES = Path(__file__).parent / "fixtures" / "slime_sources" / "main-624b824"  # slime 624b824's files

@@ -20,7 +20,7 @@ import pytest
 
 from slime_check.findings import Status
 from slime_check.log_signatures import scan
-from slime_rehearse.smoke import Job, SmokeOptions, last, shrink, split_flags
+from slime_rehearse.smoke_job import Job, SmokeOptions, last, shrink, split_flags
 
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures" / "smoke"
@@ -175,7 +175,9 @@ def test_a_real_slime_hook_that_does_not_import_is_named_from_its_log():
 
 
 def test_real_slime_log_metrics_give_rewards_and_groups_with_equal_rewards():
-    from slime_rehearse.smoke import Shrunk, slime_log_metrics, verdict
+    from slime_rehearse.rehearsal import slime_log_metrics
+    from slime_rehearse.smoke_job import Shrunk
+    from slime_rehearse.smoke_verdict import verdict
 
     text = gzip.decompress((REAL_LOGS / "h200-smoke.log.gz").read_bytes()).decode()
     metrics = slime_log_metrics(text, groups=2)  # the smoke's --rollout-batch-size 2
@@ -382,7 +384,7 @@ def test_with_slime_reads_rewards_and_truncation_from_slimes_log_lines(short_tmp
 
 
 def test_ray_auth_mode_is_decided_once_for_the_head_and_its_clients(tmp_path):
-    from slime_rehearse.smoke import ray_auth_env
+    from slime_rehearse.smoke_launch import ray_auth_env
 
     token = tmp_path / "auth_token"
     assert ray_auth_env({"HOME": str(tmp_path)}) == {}
@@ -398,7 +400,7 @@ def test_ray_auth_mode_is_decided_once_for_the_head_and_its_clients(tmp_path):
 def test_a_token_protected_smoke_head_is_joined_by_its_client(short_tmp):
     """Ray turns on token auth for `ray start --head` when a token file exists; slime's train.py joins
     by RAY_ADDRESS and must be given the mode too, or it is refused (seen on the H200)."""
-    from slime_rehearse.smoke import start_ray_head
+    from slime_rehearse.smoke_launch import start_ray_head
 
     token = short_tmp / "auth_token"
     token.write_text("a1" * 32)
@@ -533,7 +535,7 @@ def test_ctrl_c_stops_the_run_and_leaves_nothing(short_tmp, tiny):
 
 
 def test_tiny_model_keeps_the_users_family_shape(tmp_path):
-    from slime_rehearse.smoke import build_model
+    from slime_rehearse.smoke_assets import build_model
 
     user = tmp_path / "Llama-3.1-8B"
     user.mkdir()
@@ -549,7 +551,7 @@ def test_tiny_model_keeps_the_users_family_shape(tmp_path):
 
 
 def test_a_family_slime_ref_does_not_build_becomes_the_nearest_dense_shape_with_a_warning(tmp_path):
-    from slime_rehearse.smoke import build_model
+    from slime_rehearse.smoke_assets import build_model
 
     user = tmp_path / "moe"
     user.mkdir()
@@ -571,7 +573,8 @@ def _result(rewards, truncated, rc=0, errors=0):
 
 
 def _verdict(result, user_len):
-    from slime_rehearse.smoke import Shrunk, verdict
+    from slime_rehearse.smoke_job import Shrunk
+    from slime_rehearse.smoke_verdict import verdict
 
     shrunk = Shrunk([], [], {}, [], user_len, {})
     return {f.id: f for f in verdict(result, shrunk, SmokeOptions(out=Path("/tmp/x")))}
@@ -607,7 +610,7 @@ def test_with_slime_starts_a_ray_head_of_its_own_and_stops_it(short_tmp, tiny):
 
 
 def test_flags_slime_ref_does_not_implement_are_left_out_and_named():
-    from slime_rehearse.smoke import drop_unimplemented
+    from slime_rehearse.smoke_job import drop_unimplemented
 
     kept, dropped = drop_unimplemented(["--lr", "1e-6", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
                                         "--attention-softmax-in-fp32", "--sglang-mem-fraction-static", "0.7",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from slime_common.registry import load_registry
-from slime_rehearse.smoke import (
+from slime_rehearse.smoke_job import (
     NOT_WRITTEN,
     WRITES,
     Job,
@@ -22,10 +22,10 @@ from slime_rehearse.smoke import (
     last,
     leave_out_unimplemented,
     read_job,
-    run_env,
     shrink,
     split_flags,
 )
+from slime_rehearse.smoke_launch import run_env
 
 TESTS = Path(__file__).resolve().parent
 JOBS = TESTS / "fixtures" / "smoke_jobs"
@@ -112,7 +112,7 @@ def test_every_flag_that_names_a_place_to_write_is_redirected_or_said_not_to_wri
     candidates = {name for name in reg.names() if WRITE_WORDS.search(name)
                   and (reg.lookup(name).type or "") in ("str", "int") and not name.startswith("--no-")}
     unclassified = sorted(candidates - set(WRITES) - set(NOT_WRITTEN))
-    assert unclassified == [], f"classify these in slime_rehearse/smoke.py WRITES or NOT_WRITTEN: {unclassified}"
+    assert unclassified == [], f"classify these in slime_rehearse/smoke_job.py WRITES or NOT_WRITTEN: {unclassified}"
     assert all(reg.lookup(name) is not None for name in [*WRITES, *NOT_WRITTEN])
 
 
@@ -175,7 +175,7 @@ def test_no_filter_no_budget(tmp_path):
 
 @pytest.mark.parametrize("ray_dir_len", [42, 47])
 def test_ray_starts_under_any_out_path(ray_dir_len):
-    from slime_rehearse.smoke import remove_ray_temp_dir
+    from slime_rehearse.smoke_launch import remove_ray_temp_dir
 
     base = Path("/tmp") / f"sr{os.getpid()}"
     # an --out whose OUT/ray has 40-47 characters: Ray's socket paths under it would pass 107 bytes
@@ -201,7 +201,7 @@ def test_ray_starts_under_any_out_path(ray_dir_len):
 
 
 def test_an_eval_config_is_rehearsed_as_its_datasets_first_rows(tmp_path):
-    from slime_rehearse.smoke import write_data
+    from slime_rehearse.smoke_assets import write_data
 
     rows = [{"prompt": f"{i}+1=", "label": str(i + 1)} for i in range(5)]
     for name in ("train", "aime", "gpqa"):

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from slime_check.findings import Status
-from slime_rehearse.smoke import Shrunk, SmokeOptions, read_responses, stand_in_context, verdict, write_engine_script
+from slime_rehearse.smoke_assets import read_responses, stand_in_context, write_engine_script
+from slime_rehearse.smoke_job import Shrunk, SmokeOptions
 from slime_rehearse.smoke_runtime import ANSWER_SHAPES, answer_text, describe, probe_reward, prompt_text
 from slime_rehearse.smoke_verdict import (
     coverage_findings,
@@ -25,6 +26,7 @@ from slime_rehearse.smoke_verdict import (
     last_traceback,
     line_ranges,
     probe_findings,
+    verdict,
 )
 
 TESTS = Path(__file__).resolve().parent
@@ -271,7 +273,8 @@ def test_coverage_measures_a_hook_on_a_thread_started_before_the_hooks_import(tm
     """The real mechanism: importing the counted hooks starts coverage.py; a thread started before that
     import (as an event loop may be) is measured from the hook's first call; the wrapper saves the
     data without an exit handler."""
-    from slime_rehearse.smoke import SMOKE_SITE, write_coverage_config, write_hooks
+    from slime_check.hook_check import write_hooks
+    from slime_rehearse.smoke_assets import SMOKE_SITE, write_coverage_config
     from slime_rehearse.smoke_verdict import hook_coverage
 
     (tmp_path / "hook.py").write_text(HOOK)
@@ -337,7 +340,7 @@ def test_a_context_refusal_by_the_stand_in_is_not_blamed_on_the_hook():
 
 
 def test_the_stand_in_tokenizer_spells_any_text(tmp_path):
-    from slime_rehearse.smoke import stand_in_tokenizer
+    from slime_rehearse.smoke_assets import stand_in_tokenizer
 
     tok = stand_in_tokenizer(["3+5=", "<answer>8</answer>"])
     for text in ("<tool_call>{\"name\": \"calc\"}</tool_call>", "Ünïcödé · 数学 \\boxed{8}", "#### 42"):
@@ -393,7 +396,7 @@ def test_the_probe_gives_the_reward_the_prompt_as_the_run_does(tmp_path):
 
 
 def test_coverage_measures_the_users_modules_beside_the_hook_files(tmp_path):
-    from slime_rehearse.smoke import users_files
+    from slime_rehearse.smoke_assets import users_files
 
     (tmp_path / "agent").mkdir()
     for name in ("__init__.py", "rollout.py", "agent_system.py", "tools.py"):
@@ -404,7 +407,7 @@ def test_coverage_measures_the_users_modules_beside_the_hook_files(tmp_path):
 
 
 def test_the_stand_in_tokenizer_learns_the_responses_and_the_cap_covers_the_longest(tmp_path):
-    from slime_rehearse.smoke import build_model, scripted_tokens
+    from slime_rehearse.smoke_assets import build_model, scripted_tokens
 
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "prompt.jsonl").write_text(json.dumps({"prompt": "3+5=", "label": "8"}) + "\n")

@@ -324,7 +324,9 @@ def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, slime_ver
     """
     from slime_check.findings import exit_code
     from slime_check.slime_identity import flags_finding, registry_for
-    from slime_rehearse.smoke import SmokeOptions, render_report, run_smoke, slime_importable
+    from slime_rehearse.rehearsal import render_report, run_smoke
+    from slime_rehearse.smoke_job import SmokeOptions
+    from slime_rehearse.smoke_launch import slime_importable
 
     if engine is None:
         engine = "slime" if slime_dir and slime_importable() and _has_gpu() else "slime-ref"

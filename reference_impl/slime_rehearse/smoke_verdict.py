@@ -339,7 +339,7 @@ def stand_in_counts(stats_file: Path) -> dict | None:
 
 def verdict(result: dict, shrunk, opts) -> list[Finding]:
     from slime_check.log_signatures import scan
-    from slime_rehearse.smoke import split_flags
+    from slime_rehearse.smoke_job import split_flags
 
     rc = result.get("returncode")
     findings = run_findings(result, opts) + scan(result.get("log", ""))
