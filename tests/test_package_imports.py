@@ -145,3 +145,34 @@ def test_prereqs_imports_no_ray_torch_or_trainer(tmp_path):
     assert "slime_check" in loaded and "slime_common" in loaded
     assert not loaded & {"ray", "torch", "slime_ref", "numpy", "transformers", "megatron"}
     json.loads(proc.stdout)  # it did run the checks
+
+
+def _code_strings(path: Path) -> list[int]:
+    """Lines of string constants in ``path`` (docstrings aside) that parse as Python of 5 lines or more
+    with a def or an import: code kept in a string, which no linter reads."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                and node.value.count("\n") >= 5 and ("def " in node.value or "import " in node.value)):
+            try:
+                ast.parse(node.value)
+            except SyntaxError:
+                continue
+            found.append(node.lineno)
+    return found
+
+
+def test_no_python_code_lives_in_a_string():
+    found = {str(p.relative_to(ROOT)): lines for p in ROOT.rglob("*.py")
+             if "bundle" not in p.parts and (lines := _code_strings(p))}
+    assert found == {}, "move it to a module of its own, run by path or by module name"
+
+
+def test_the_rehearsal_modules_stay_under_600_lines():
+    long = {p.name: n for p in (ROOT / "slime_rehearse").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}

@@ -385,14 +385,7 @@ def host_address() -> Output:
     return Output(0, f"hostname={hostname}\nresolved={_resolve(hostname)}\nroute={route}")
 
 
-TORCH_PROPS_SCRIPT = """
-import json, torch
-n = torch.cuda.device_count()
-props = [torch.cuda.get_device_properties(i) for i in range(n)]
-print(json.dumps([{"name": p.name, "cc": [p.major, p.minor], "mem": p.total_memory} for p in props]))
-bf16 = torch.cuda.is_bf16_supported() if n else False
-print(bf16, torch.backends.cudnn.version(), torch.cuda.nccl.version() if n else None)
-"""
+TORCH_PROPS_SCRIPT = Path(__file__).resolve().with_name("torch_props.py")  # run by path, in another interpreter
 
 
 def _python(argv: list[str], timeout: float) -> Callable[[], Output]:
@@ -432,7 +425,7 @@ SECTIONS: dict[str, Callable[[], Output]] = {
     DF_ROOT: _cmd("df", "-B1", "/"),
     PYTHON: python_version,
     TORCH_BUILD: torch_build,
-    TORCH_CUDA_PROPS: _python(["-c", TORCH_PROPS_SCRIPT], 120),
+    TORCH_CUDA_PROPS: _python([str(TORCH_PROPS_SCRIPT)], 120),
     COLLECT_ENV: _python(["-m", "torch.utils.collect_env"], 120),
     PACKAGES: installed_packages,
     PIP_LIST: _python(["-m", "pip", "list", "--disable-pip-version-check"], 60),
