@@ -498,7 +498,7 @@ def test_next_steps_use_this_runs_outputs_as_paths_from_the_working_directory(ti
 def test_the_quick_start_prints_piped_output_at_200_columns_as_prereqs_and_config(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
-    from slime_check import quickstart as qs
+    from slime_rehearse import quickstart as qs
     from slime_rehearse.cli import cli
 
     seen = {}

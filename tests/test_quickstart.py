@@ -178,7 +178,7 @@ def test_ctrl_c_stops_exactly_what_the_quickstart_started(tmp_path):
 
 
 def test_a_failed_check_refuses_to_start(tmp_path, monkeypatch):
-    from slime_check import quickstart as qs
+    from slime_rehearse import quickstart as qs
     from slime_rehearse.cli import cli
 
     monkeypatch.setattr(qs, "quickstart_checks", lambda out: [
