@@ -21,7 +21,9 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 def cli() -> None:
     """slime-check: catch a broken slime job before it burns GPU hours.
 
-    It reads, probes and reports. It never installs, kills or edits anything.
+    prereqs, capture, config and plan read, probe and report: they never install, stop or edit
+    anything. smoke and quickstart run a small job, write only under --out and stop exactly what
+    they started; skill install writes only the files skill uninstall removes.
     """
 
 
