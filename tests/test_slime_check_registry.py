@@ -19,7 +19,8 @@ def reg():
 
 
 def test_pins_and_sources(reg):
-    assert reg.meta["slime"] == {"version": "v0.3.1", "commit": "a6272da0d4f3d0a08520c99a2f3b4f6c887960dc", "label": "v0.3.1"}
+    assert reg.meta["slime"] == {"version": "v0.3.1", "commit": "a6272da0d4f3d0a08520c99a2f3b4f6c887960dc",
+                                 "label": "v0.3.1"}
     assert reg.label == "v0.3.1" and load_registry("v0.3.1") is reg
     assert reg.meta["pins"]["megatron_lm"].startswith("1dcf0da")
     assert reg.meta["pins"]["sglang"] == "0.5.15.post1"
