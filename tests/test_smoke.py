@@ -513,7 +513,10 @@ def test_ctrl_c_stops_the_run_and_leaves_nothing(short_tmp, tiny):
     shown = open(short_tmp / "stdout.txt", "wb")  # a file: a full pipe would stall the streamed log
     proc = subprocess.Popen([*CLI, "smoke", str(_script(short_tmp, tiny)), "--out", str(out),
                              "--env", f"TINY={tiny.root}", "--env", f"SAVE_DIR={short_tmp / 'user-ckpt'}"],
-                            stdout=shown, stderr=subprocess.PIPE, env=_env(), start_new_session=True)
+                            stdout=shown, stderr=subprocess.PIPE, env=_env(), start_new_session=True,
+                            # Ctrl-C reaches the run as at a terminal, even where this test's own
+                            # shell started it with SIGINT ignored (a background job)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not (out / "run" / "args.json").exists():
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
