@@ -575,22 +575,9 @@ FINAL_RUN = BENCH / "gpu" / "final_run.sh"
 
 def final_run(tmp_path: Path, *jobs: str, out: Path | None = None, **env_vars: str):
     """final_run.sh with a python3 on PATH that records its arguments (the benches need a GPU)."""
-    import os
-    import subprocess
+    from _final_run import run_recorded
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    shim = bin_dir / "python3"
-    shim.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls.txt"}\n')
-    shim.chmod(0o755)
-    if out is None:
-        out = tmp_path / "out"
-        out.mkdir(exist_ok=True)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(out), **env_vars}
-    proc = subprocess.run(["bash", str(FINAL_RUN), *jobs], capture_output=True, text=True, env=env, timeout=60)
-    calls = (tmp_path / "calls.txt").read_text().splitlines() if (tmp_path / "calls.txt").exists() else []
-    log = (out / "final_run.log").read_text() if (out / "final_run.log").exists() else ""
-    return proc, calls, log
+    return run_recorded(FINAL_RUN, tmp_path, *jobs, out=out, **env_vars)
 
 
 def test_final_run_runs_each_job_as_its_bench_with_the_order_alternated(tmp_path):

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from _final_run import run_recorded
+
 REPO = Path(__file__).resolve().parent.parent
 DEV = REPO / "dev" / "offline-wheels"
 INSTALL_PIECES = DEV / "install_pieces.sh"
@@ -146,21 +148,8 @@ def test_kernel_cache_carries_flashinfer_modules_to_its_ahead_of_time_folder(tmp
 
 def final_run_in_a_call(tmp_path: Path, *jobs: str, call_s: int = 585, out: Path | None = None):
     """final_run_in_a_call.sh with a python3 on PATH that records its arguments (the benches need a GPU)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    shim = bin_dir / "python3"
-    shim.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls.txt"}\n')
-    shim.chmod(0o755)
-    if out is None:
-        out = tmp_path / "out"
-        out.mkdir(exist_ok=True)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
-           "CALL_S": str(call_s), "HOME": str(tmp_path)}
-    proc = subprocess.run(["bash", str(DEV / "final_run_in_a_call.sh"), *jobs], capture_output=True, text=True,
-                          env=env, timeout=60)
-    calls = (tmp_path / "calls.txt").read_text().splitlines() if (tmp_path / "calls.txt").exists() else []
-    log = (out / "final_run.log").read_text() if (out / "final_run.log").exists() else ""
-    return proc, calls, log
+    return run_recorded(DEV / "final_run_in_a_call.sh", tmp_path, *jobs, out=out, CALL_S=str(call_s),
+                        HOME=str(tmp_path))
 
 
 def test_a_call_starts_only_the_jobs_it_has_time_for_and_logs_the_compiled_kernels(tmp_path):
