@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -156,21 +157,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+def _guarded(item):
+    """The guard for a fast test (its fixtures' set-up included), else nothing."""
+    return _Guard() if item.get_closest_marker("fast") is not None else contextlib.nullcontext()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
-    if item.get_closest_marker("fast") is None:
-        yield
-        return
-    with _Guard():
+    with _guarded(item):
         yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    if item.get_closest_marker("fast") is None:
-        yield
-        return
-    with _Guard():
+    with _guarded(item):
         yield
 
 
