@@ -124,6 +124,25 @@ def capture(out) -> None:
         click.echo(text, nl=False)
 
 
+def script_options(json_help: str):
+    """The options ``config`` and ``plan`` share: which slime, the script's variables, JSON, and the
+    launch scripts (or a train.py argv after ``--``)."""
+    def decorate(command):
+        for option in reversed([
+            click.option("--slime-dir", type=click.Path(exists=True, file_okay=False), default=None,
+                         help="A slime checkout: sourced scripts/models/*.sh are read from it."),
+            click.option("--slime-version", type=click.Choice(["v0.3.1", "main"]), default=None,
+                         help=SLIME_VERSION_HELP),
+            click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
+                         help="A variable the script reads from the environment (repeatable)."),
+            click.option("--json", "as_json", is_flag=True, help=json_help),
+            click.argument("script_or_args", nargs=-1, required=True, type=click.UNPROCESSED),
+        ]):
+            command = option(command)
+        return command
+    return decorate
+
+
 def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
     from slime_common.errors import UserError
 
@@ -137,13 +156,7 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
-@click.option("--slime-dir", type=click.Path(exists=True, file_okay=False), default=None,
-              help="A slime checkout: sourced scripts/models/*.sh are read from it.")
-@click.option("--slime-version", type=click.Choice(["v0.3.1", "main"]), default=None, help=SLIME_VERSION_HELP)
-@click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
-              help="A variable the script reads from the environment (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
-@click.argument("script_or_args", nargs=-1, required=True, type=click.UNPROCESSED)
+@script_options("Print the findings as JSON.")
 def config(slime_dir, slime_version, env, as_json, script_or_args) -> None:
     """Lint launch scripts (run-*.sh) or a train.py argument list.
 
@@ -207,13 +220,7 @@ def config(slime_dir, slime_version, env, as_json, script_or_args) -> None:
               help="Host RAM per node in GiB (else the capture's).")
 @click.option("--prompt-len", type=click.IntRange(min=1), default=None, metavar="TOKENS",
               help="Longest prompt in tokens (default: --rollout-max-prompt-len, else 1024, said in the report).")
-@click.option("--slime-dir", type=click.Path(exists=True, file_okay=False), default=None,
-              help="A slime checkout: sourced scripts/models/*.sh are read from it.")
-@click.option("--slime-version", type=click.Choice(["v0.3.1", "main"]), default=None, help=SLIME_VERSION_HELP)
-@click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
-              help="A variable the script reads from the environment (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan and the findings as JSON.")
-@click.argument("script_or_args", nargs=-1, required=True, type=click.UNPROCESSED)
+@script_options("Print the plan and the findings as JSON.")
 def plan(gpu, fixture, host_ram, prompt_len, slime_dir, slime_version, env, as_json, script_or_args) -> None:
     """Will it fit? Per-GPU peak memory of a launch script's job, before it runs.
 
