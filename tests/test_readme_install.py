@@ -65,9 +65,9 @@ def _resolve(tmp_path: Path, cpu_index_url: str) -> str:
     argv = torch_step(readme_command("main-command"))
     argv[argv.index("--extra-index-url") + 1] = cpu_index_url
     report = tmp_path / "report.json"
-    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    env = {k: v for k, v in env.items() if not k.startswith("PIP_") or k in ("PIP_CONFIG_FILE",
-                                                                             "PIP_DISABLE_PIP_VERSION_CHECK")}
+    # only the command's own options and the two local indexes: no pip configuration of this machine
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
     done = subprocess.run([sys.executable, "-m", *argv, "--index-url", pypi.as_uri(), "--dry-run", "--ignore-installed",
                            "--report", str(report), "--quiet"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=120)

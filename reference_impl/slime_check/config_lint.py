@@ -1139,9 +1139,9 @@ def script_findings(reading) -> list[Finding]:
 
 def hook_values(argv: list[Word], reg: Registry) -> list[tuple[str, str]]:
     """[(flag, module.attribute)] of the hook flags given with a known dotted value."""
-    out = []
+    out, hook_flags = [], set(reg.hook_flags())
     for g in parse_argv(argv, reg).given:
-        if g.flag is not None and g.flag.name in set(reg.hook_flags()):
+        if g.flag is not None and g.flag.name in hook_flags:
             out += [(g.name, w.text) for w in g.values if w.known and DOTTED.fullmatch(w.text)
                     and not w.text.endswith(".py")]
     return out
