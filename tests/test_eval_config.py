@@ -12,7 +12,8 @@ import pytest
 from slime_check.config_lint import lint_argv
 from slime_check.eval_config import eval_config_as_prompt_data, eval_config_findings, read_eval_config
 from slime_check.findings import Status
-from slime_check.launch_script import Origin, Sym, Word
+from slime_check.launch_script import Origin, Word
+from slime_check.shell_expansion import Sym
 from slime_common.errors import UserError
 
 # Shaped like slime's examples/eval_multi_task/multi_task.yaml: shared defaults, per-dataset overrides.

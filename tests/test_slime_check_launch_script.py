@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from slime_check.launch_script import ScriptError, arithmetic, read_script
+from slime_check.launch_script import ScriptError, read_script
+from slime_check.shell_expansion import arithmetic
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "slime_scripts"
 

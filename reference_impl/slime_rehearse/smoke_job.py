@@ -206,7 +206,8 @@ def how_to_give(path, slime_dir, env: dict[str, str], words: list) -> str:
     """The fix for words the reading could not know: ``--env`` for the variables that decide them
     (found by reading the script again with each one set), else train.py's arguments after ``--``,
     since a value the script computes with a command, or assigns itself, ignores ``--env``."""
-    from slime_check.launch_script import Sym, read_script
+    from slime_check.launch_script import read_script
+    from slime_check.shell_expansion import Sym
 
     symbols = {p.text for w in words for p in w.parts if isinstance(p, Sym)}
     names = {m.group(1) for t in symbols if (m := re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", t))}
