@@ -452,12 +452,12 @@ def test_w8_fp8_starts_at_ada_and_only_deepgemm_needs_hopper():
     # slime-check prereqs says the same for each generation
     from types import SimpleNamespace
 
-    from slime_check import prereqs
+    from slime_check import prereqs_gpu
     from slime_check.facts import Gpu, GpuInventory
 
     def finding(cc: str) -> str:
         machine = SimpleNamespace(inventory=GpuInventory("580.0", "13.0", [Gpu(0, "GPU", cc=cc)], "nvidia-smi"))
-        return prereqs.gpu_compute_capability(machine).finding
+        return prereqs_gpu.gpu_compute_capability(machine).finding
 
     assert "no FP8 tensor cores below 8.9" in finding("8.0") and "Marlin" in finding("8.6")
     assert "bf16 and FP8 (Ada); DeepGEMM's block FP8 needs 9.0 or newer" in finding("8.9")

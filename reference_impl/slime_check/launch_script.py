@@ -21,7 +21,6 @@ The grammar is :mod:`slime_check.shell_syntax` and word expansion :mod:`slime_ch
 this module follows the commands: assignments, ``source``, tests, branches, and the train invocation.
 """
 
-
 from __future__ import annotations
 
 import json
