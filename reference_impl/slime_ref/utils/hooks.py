@@ -14,30 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from slime_ref.errors import UserError
+from slime_ref.slime_names import hook_targets
 
 # slime's own built-in hooks, so a slime launch script runs unchanged: slime path -> slime-ref's counterpart.
-# Only names whose counterpart takes the same arguments and returns the same kind of value.
-# The hook paths slime's v0.3.1 examples pass are listed, with what becomes of each, in
-# slime_rehearse/compat/examples_v0.3.1.json.
-SLIME_BUILTINS = {
-    "slime.rollout.sglang_rollout.generate_rollout": "slime_ref.rollout.sglang_rollout.generate_rollout",
-    "slime.rollout.sglang_rollout.generate": "slime_ref.rollout.sglang_rollout.generate",
-    "slime.rollout.sglang_rollout.generate_and_rm": "slime_ref.rollout.sglang_rollout.generate_and_rm",
-    "slime.rollout.sglang_rollout.generate_and_rm_group": "slime_ref.rollout.sglang_rollout.generate_and_rm_group",
-    "slime.rollout.sft_rollout.generate_rollout": "slime_ref.rollout.sft_rollout.generate_rollout",
-    "slime.rollout.data_source.RolloutDataSource": "slime_ref.data.source.RolloutDataSource",
-    "slime.rollout.data_source.RolloutDataSourceWithBuffer": "slime_ref.data.source.RolloutDataSourceWithBuffer",
-    "slime.rollout.data_source.pop_first": "slime_ref.data.source.pop_first",
-    "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std":
-        "slime_ref.rollout.filters.check_reward_nonzero_std",
-    "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std_with_fallback":
-        "slime_ref.rollout.filters.check_reward_nonzero_std_with_fallback",
-    "slime.rollout.rm_hub.async_rm": "slime_ref.rollout.rewards.async_rm",
-    "slime.rollout.rm_hub.batched_async_rm": "slime_ref.rollout.rewards.batched_async_rm",
-    "slime.rollout.rm_hub.remote_rm": "slime_ref.rollout.rewards.remote_rm",
-    "slime.rollout.on_policy_distillation.reward_func": "slime_ref.utils.hooks.opd_teacher_reward",
-    "slime.rollout.on_policy_distillation.post_process_rewards": "slime_ref.utils.hooks.opd_post_process_rewards",
-}
+# Only names whose counterpart takes the same arguments and returns the same kind of value (the map's
+# hook entries, slime_ref/slime_names.py). The hook paths slime's v0.3.1 examples pass are listed, with
+# what becomes of each, in slime_rehearse/compat/examples_v0.3.1.json.
+SLIME_BUILTINS = hook_targets()
 
 # slime built-ins slime-ref has no counterpart for: slime path (a module covers everything in it) -> why,
 # and what to do instead. The hook check stops on them with this line rather than a bare import error.

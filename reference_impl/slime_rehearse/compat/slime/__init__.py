@@ -4,7 +4,8 @@ Its names are listed in skill/references/smoke.md; the names slime's v0.3.1 exam
 what becomes of each here, in slime_rehearse/compat/examples_v0.3.1.json."""
 
 from slime_rehearse.compat import layouts
-from slime_rehearse.compat._missing import install_finder, package_getattr
+from slime_rehearse.compat._exports import exports
+from slime_rehearse.compat._missing import install_finder
 
 SLIME_CHECK_COMPAT = True  # this `slime` is the compatibility layer, not slime
 
@@ -16,8 +17,4 @@ install_finder()
 # (SLIME_CHECK_SLIME_TARGET; both without it), and the other name's ImportError says where it went
 layouts.install_finder()
 
-__all__ = []
-
-
-def __getattr__(name: str):
-    return package_getattr(__name__, name)
+__all__, __getattr__ = exports(__name__)

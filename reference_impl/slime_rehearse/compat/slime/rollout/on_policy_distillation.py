@@ -7,12 +7,6 @@ The two hooks of slime's on-policy-distillation example: ``reward_func`` asks th
 the response part in ``sample.teacher_log_probs`` and returns reward 0.0 for every sample. slime-ref
 runs both, but has no --use-opd KL penalty: the teacher's log-probs are carried, not trained on."""
 
-from slime_ref.utils.hooks import opd_post_process_rewards as post_process_rewards
-from slime_ref.utils.hooks import opd_teacher_reward as reward_func
-from slime_rehearse.compat._missing import missing_name
+from slime_rehearse.compat._exports import exports
 
-__all__ = ["post_process_rewards", "reward_func"]
-
-
-def __getattr__(name: str):
-    raise missing_name(__name__, name, __all__)
+__all__, __getattr__ = exports(__name__)

@@ -3,8 +3,7 @@ Used by `slime-check smoke --with slime-ref` when slime is not importable.
 Its names are listed in skill/references/smoke.md."""
 
 from slime_ref.rollout import sglang_rollout as _ref
-from slime_ref.rollout.sglang_rollout import generate, generate_and_rm, generate_and_rm_group, generate_rollout
-from slime_rehearse.compat._missing import missing_name
+from slime_rehearse.compat._exports import exports
 
 
 class GenerateState:
@@ -34,8 +33,4 @@ class GenerateState:
         self.aborted = False
 
 
-__all__ = ["GenerateState", "generate", "generate_and_rm", "generate_and_rm_group", "generate_rollout"]
-
-
-def __getattr__(name: str):
-    raise missing_name(__name__, name, __all__)
+__all__, __getattr__ = exports(__name__, "GenerateState")

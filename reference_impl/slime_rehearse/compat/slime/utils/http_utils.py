@@ -5,7 +5,7 @@ Its names are listed in skill/references/smoke.md."""
 import asyncio
 import json
 
-from slime_rehearse.compat._missing import missing_name
+from slime_rehearse.compat._exports import exports
 
 
 async def post(url, payload, max_retries=60, headers=None):
@@ -42,8 +42,4 @@ async def get(url):
             return json.loads(await reply.text())
 
 
-__all__ = ["post", "get"]
-
-
-def __getattr__(name: str):
-    raise missing_name(__name__, name, __all__)
+__all__, __getattr__ = exports(__name__, "post", "get")

@@ -5,7 +5,7 @@ Its names are listed in skill/references/smoke.md."""
 import subprocess
 
 from slime_ref.utils.hooks import load_function as _load
-from slime_rehearse.compat._missing import missing_name
+from slime_rehearse.compat._exports import exports
 
 
 def load_function(path: str):
@@ -38,8 +38,4 @@ def exec_command(cmd: str, capture_output: bool = False) -> str | None:
     return done.stdout if capture_output else None
 
 
-__all__ = ["exec_command", "load_function", "SingletonMeta"]
-
-
-def __getattr__(name: str):
-    raise missing_name(__name__, name, __all__)
+__all__, __getattr__ = exports(__name__, "exec_command", "load_function", "SingletonMeta")

@@ -6,7 +6,7 @@ Only the tokenizer loader: the image helpers (``build_processor_kwargs``,
 ``encode_image_for_rollout_engine``, ...) serve vision-language models, which slime-ref does not build;
 importing one raises an ImportError that says so."""
 
-from slime_rehearse.compat._missing import missing_name
+from slime_rehearse.compat._exports import exports
 
 
 def load_tokenizer(name_or_path: str, **kwargs):
@@ -16,8 +16,4 @@ def load_tokenizer(name_or_path: str, **kwargs):
     return AutoTokenizer.from_pretrained(name_or_path, **kwargs)
 
 
-__all__ = ["load_tokenizer"]
-
-
-def __getattr__(name: str):
-    raise missing_name(__name__, name, __all__)
+__all__, __getattr__ = exports(__name__, "load_tokenizer")

@@ -3,10 +3,6 @@ slime's Anthropic/OpenAI API adapters over the rollout engine, which slime-ref l
 Used by `slime-check smoke --with slime-ref` when slime is not importable. It provides no names:
 each one raises an ImportError that says why (slime_rehearse/compat/examples_v0.3.1.json)."""
 
-from slime_rehearse.compat._missing import package_getattr
+from slime_rehearse.compat._exports import exports
 
-__all__ = []
-
-
-def __getattr__(name: str):
-    return package_getattr(__name__, name)
+__all__, __getattr__ = exports(__name__)

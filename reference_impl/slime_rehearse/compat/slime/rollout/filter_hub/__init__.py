@@ -2,10 +2,6 @@
 Used by `slime-check smoke --with slime-ref` when slime is not importable.
 Its names are listed in skill/references/smoke.md."""
 
-from slime_rehearse.compat._missing import package_getattr
+from slime_rehearse.compat._exports import exports
 
-__all__ = []
-
-
-def __getattr__(name: str):
-    return package_getattr(__name__, name)
+__all__, __getattr__ = exports(__name__)

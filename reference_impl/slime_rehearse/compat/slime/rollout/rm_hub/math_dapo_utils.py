@@ -8,7 +8,7 @@ and like slime's raises ValueError for a ground truth that is not an integer."""
 
 from slime_ref.rollout import rewards as _rewards
 from slime_ref.rollout.rewards import dapo_reward
-from slime_rehearse.compat._missing import missing_name
+from slime_rehearse.compat._exports import exports
 
 
 def normalize_final_answer(final_answer: str) -> str:
@@ -63,8 +63,4 @@ def compute_score(
     return dapo_reward(tail, ground_truth)
 
 
-__all__ = ["compute_score", "last_boxed_only_string", "normalize_final_answer"]
-
-
-def __getattr__(name: str):
-    raise missing_name(__name__, name, __all__)
+__all__, __getattr__ = exports(__name__, "compute_score", "last_boxed_only_string", "normalize_final_answer")

@@ -6,8 +6,7 @@ slime's DeepScaleR math checker; slime-ref's is slime_ref.rollout.math_grading, 
 value for every input (tests/conformance). The functions keep slime's parameter names."""
 
 from slime_ref.rollout import math_grading as _grading
-from slime_ref.rollout.math_grading import grade_answer_mathd, grade_answer_sympy, mathd_normalize_answer
-from slime_rehearse.compat._missing import missing_name
+from slime_rehearse.compat._exports import exports
 
 
 def last_boxed_only_string(string):
@@ -35,9 +34,5 @@ def grade_answer_verl(solution_str, ground_truth):
     return _grading.grade_answer_verl(solution_str, ground_truth)
 
 
-__all__ = ["extract_answer", "extract_boxed_answer", "grade_answer_mathd", "grade_answer_sympy", "grade_answer_verl",
-           "last_boxed_only_string", "mathd_normalize_answer", "remove_boxed"]
-
-
-def __getattr__(name: str):
-    raise missing_name(__name__, name, __all__)
+__all__, __getattr__ = exports(
+    __name__, "extract_answer", "extract_boxed_answer", "grade_answer_verl", "last_boxed_only_string", "remove_boxed")
