@@ -95,7 +95,7 @@ def test_a_generate_hook_returning_a_list_trains_on_every_sample_in_its_prompts_
 
 def test_flatten_rollout_gives_samples_in_order_and_a_group_index_to_each():
     """Any depth (a custom rollout function may nest further), as slime flattens until the items are Samples."""
-    from slime_ref.ray.rollout_manager import flatten_rollout
+    from slime_ref.rollout.train_data import flatten_rollout
 
     def s(index, group_index=None):
         return Sample(index=index, group_index=group_index)
@@ -117,7 +117,7 @@ def test_several_samples_of_one_generation_without_a_shared_rollout_id_stop_the_
     """slime v0.3.1 asserts it (ray/rollout.py, _validate_rollout_id_annotated): the loss would count
     the generation once per Sample."""
     from slime_ref.errors import UserError
-    from slime_ref.ray.rollout_manager import check_rollout_ids
+    from slime_ref.rollout.train_data import check_rollout_ids
 
     manager = manager_for(tiny, tmp_path, f"{hooks}.two_samples_without_rollout_id")
     with pytest.raises(UserError, match=r"returned 2 Samples for one input sample with Sample.rollout_id "

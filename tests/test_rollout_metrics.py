@@ -4,7 +4,7 @@ from argparse import Namespace
 
 import pytest
 
-from slime_ref.ray.rollout_manager import eval_metrics, pass_at_k, pass_rates, rollout_metrics
+from slime_ref.rollout.metrics import eval_metrics, pass_at_k, pass_rates, rollout_metrics
 from slime_ref.types import Sample
 
 
