@@ -58,15 +58,17 @@ def test_reference_model_falls_back_to_the_hf_checkpoint(tmp_path):
 
 # (extra argv, pattern the one-line message must match)
 RULES = [
-    (["--global-batch-size", "12"], "--rollout-batch-size 4 x --n-samples-per-prompt 8 = 32 .*--global-batch-size 12"),
-    (["--num-steps-per-rollout", "3"], "--num-steps-per-rollout 3"),
-    (["--num-steps-per-rollout", "2"], "--global-batch-size 32 x --num-steps-per-rollout 2"),
-    (["--over-sampling-batch-size", "2"], "--over-sampling-batch-size 2 must be >= --rollout-batch-size 4"),
+    (["--global-batch-size", "12"], "rollout_batch_size 4 x n_samples_per_prompt 8 = 32 is not a multiple of "
+                                    "global_batch_size 12"),
+    (["--global-batch-size", "64"], "--global-batch-size 64 is larger than the 32 samples"),
+    (["--num-steps-per-rollout", "3"], "--global-batch-size 32 but .* // num_steps_per_rollout 3 = 10"),
+    (["--num-steps-per-rollout", "2"], "--global-batch-size 32 but .* // num_steps_per_rollout 2 = 16"),
+    (["--over-sampling-batch-size", "2"], "--over-sampling-batch-size 2 is below --rollout-batch-size 4"),
     (["--kl-coef", "0.1", "--kl-loss-coef", "0.1"], "--kl-coef .*--kl-loss-coef"),
     (["--use-kl-loss"], "--use-kl-loss needs a reference model: pass --ref-load"),
     (["--kl-coef", "0.05"], "--kl-coef 0.05 needs a reference model"),
     (["--use-kl-loss", "--ref-load", "/no/such/ref"], "--ref-load /no/such/ref: no such directory"),
-    (["--use-tis", "--use-rollout-logprobs"], "--use-tis .*--use-rollout-logprobs"),
+    (["--use-tis", "--use-rollout-logprobs"], "--use-rollout-logprobs and --use-tis cannot be combined"),
     (["--tis-clip-low", "3"], "--tis-clip-low 3.0 must be <= --tis-clip 2.0"),
     (["--advantage-estimator", "reinforce_plus_plus"], "reinforce_plus_plus needs --normalize-advantages"),
     (["--advantage-estimator", "reinforce_plus_plus_baseline"], "--normalize-advantages"),
@@ -75,9 +77,9 @@ RULES = [
     (["--advantage-estimator", "ppo", "--loss-type", "sft_loss"], "--loss-type sft_loss has no policy"),
     (["--advantage-estimator", "ppo", "--megatron-config-path", "/no/such.yaml"],
      "--megatron-config-path /no/such.yaml: No such file"),
-    (["--use-dynamic-batch-size"], "--use-dynamic-batch-size needs --max-tokens-per-gpu"),
+    (["--use-dynamic-batch-size"], "--use-dynamic-batch-size without --max-tokens-per-gpu"),
     (["--rollout-max-context-len", "100", "--rollout-max-prompt-len", "100"],
-     "--rollout-max-prompt-len 100 must be < --rollout-max-context-len 100"),
+     "--rollout-max-prompt-len 100 leaves no room for a response in --rollout-max-context-len 100"),
     (["--rollout-temperature", "0"], "--rollout-temperature must be > 0"),
     (["--rollout-temperature", "-1"], "--rollout-temperature must be > 0"),
     (["--rollout-top-p", "0"], "--rollout-top-p must be in \\(0, 1\\]"),
@@ -88,7 +90,7 @@ RULES = [
     (["--loss-type", "custom_loss"], "--loss-type custom_loss needs --custom-loss-function-path"),
     (["--rm-type", "ifbench"], "--rm-type ifbench: not a built-in reward"),  # slime has it; slime-ref does not
     (["--rm-type", "remote_rm"], "--rm-type remote_rm needs --rm-url"),
-    (["--save-interval", "5"], "--save-interval needs --save"),
+    (["--save-interval", "5"], "--save-interval without --save. .*Add --save DIR"),
     (["--micro-batch-size", "0"], "--micro-batch-size must be a positive integer"),
     (["--prompt-data", "/no/such/prompts.jsonl"], "--prompt-data /no/such/prompts.jsonl: no such file"),
     (["--custom-rm-path", "rewards.py"], "--custom-rm-path 'rewards.py': a file path"),
@@ -112,6 +114,9 @@ def test_training_length_and_batch_flags_are_required():
         parse_args(MINIMAL[:-2])
     with pytest.raises(UserError, match="--global-batch-size .*--num-steps-per-rollout"):
         parse_args(["--rollout-batch-size", "4", "--num-rollout", "1"])
+    with pytest.raises(UserError, match="32 samples per rollout do not split into --num-steps-per-rollout 3"):
+        parse_args(["--rollout-batch-size", "4", "--n-samples-per-prompt", "8", "--num-steps-per-rollout", "3",
+                    "--num-rollout", "1"])
     with pytest.raises(UserError, match="required: --rollout-batch-size"):
         parse_args(["--num-rollout", "1", "--global-batch-size", "1"])
     with pytest.raises(UserError, match="--num-epoch .*--disable-rollout-global-dataset"):
@@ -170,13 +175,13 @@ def test_eval_sets_are_name_path_pairs_in_one_flag(tmp_path):
 @pytest.mark.parametrize(
     "argv, pattern",
     [
-        (["--eval-interval", "5"], "--eval-interval needs eval data: --eval-prompt-data"),
-        (["--eval-prompt-data", "aime", "x.jsonl", "gsm8k"], "NAME PATH pairs in one flag; got 3 values"),
+        (["--eval-interval", "5"], "--eval-interval without --eval-prompt-data"),
+        (["--eval-prompt-data", "aime", "x.jsonl", "gsm8k"], "NAME PATH pairs; it has an odd number of words \\(3"),
         (["--eval-prompt-data", "aime", "/no/such.jsonl"], "--eval-prompt-data aime /no/such.jsonl: no such file"),
         (["--update-weight-transport", "disk"], "--update-weight-transport disk needs --update-weight-disk-dir"),
         (["--rollout-num-gpus", "3", "--rollout-num-gpus-per-engine", "2"], "--rollout-num-gpus 3 is not a multiple"),
         (["--sglang-router-ip", "127.0.0.1"], "--sglang-router-ip and --sglang-router-port"),
-        (["--debug-train-only", "--debug-rollout-only"], "exclude each other"),
+        (["--debug-train-only", "--debug-rollout-only"], "cannot both be set"),
         (["--actor-num-gpus-per-node", "0"], "--actor-num-gpus-per-node must be a positive integer"),
     ],
 )
