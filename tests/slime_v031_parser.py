@@ -47,7 +47,7 @@ from pathlib import Path
 
 import yaml
 
-from slime_check.tools import gen_flag_registry as gen
+from slime_check.tools import upstream_sources
 from slime_common.registry import load_registry
 
 SOURCES = Path(__file__).resolve().parent / "fixtures" / "slime_sources" / "v0.3.1"
@@ -96,7 +96,7 @@ def _kwargs(record: dict) -> dict:
 
 @functools.cache
 def _records() -> tuple[dict, ...]:
-    data = json.loads((Path(gen.__file__).resolve().parents[2] / "slime_common" / "data" /
+    data = json.loads((Path(upstream_sources.__file__).resolve().parents[2] / "slime_common" / "data" /
                        "slime_v0.3.1_flags.json").read_text())
     return tuple(data["flags"])
 
@@ -154,7 +154,7 @@ def _slime_module(rel: str, provided: dict) -> types.ModuleType:
     with warnings.catch_warnings():  # slime's own source has a non-raw "\." in a help string
         warnings.simplefilter("ignore", SyntaxWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
-        return gen.exec_source(rel[:-3].replace("/", "."), (SOURCES / rel).read_text(), rel, provided)
+        return upstream_sources.exec_source(rel[:-3].replace("/", "."), (SOURCES / rel).read_text(), rel, provided)
 
 
 def _flags(record: dict, flags: list[str] | None = None) -> list[str]:
@@ -227,7 +227,7 @@ def _parse(argv: list[str], files: dict[str, str]) -> argparse.Namespace:
         "slime.backends.sglang_utils.arguments": sglang_module,
     }
     slime_args = _slime_module("slime/utils/arguments.py", provided)
-    preparse = gen.captured_parser(slime_args._pre_parse_mode)
+    preparse = upstream_sources.captured_parser(slime_args._pre_parse_mode)
     sglang = _sglang_parser(sglang_module)
     main = _main_parser(slime_args.get_slime_extra_args_provider())
 

@@ -17,7 +17,7 @@ import pytest
 from slime_check.config_lint import lint_script
 from slime_check.findings import Status
 from slime_check.flag_source import registry_for_checkout
-from slime_check.tools import gen_flag_registry as gen
+from slime_check.tools import registry_derivation, upstream_sources
 from slime_common.errors import UserError
 from slime_common.registry import KNOWN_SLIMES, NEWEST_KNOWN, load_registry, registry_data
 
@@ -79,8 +79,9 @@ def test_derivation_stops_on_a_new_megatron_patch_that_adds_a_flag(tmp_path):
     shutil.copytree(SOURCES / "main-624b824", tree)
     patch = tree / "docker" / "patch" / "latest" / "megatron-sglang-aligned.patch"
     patch.write_text(patch.read_text() + '+    group.add_argument("--brand-new-megatron-flag", action="store_true")\n')
-    with pytest.raises(gen.DerivationError, match="megatron-sglang-aligned.patch adds Megatron flags"):
-        gen.derive(registry_data("v0.3.1"), gen.SourceTree(str(tree)), "main", MAIN_COMMIT, None)
+    with pytest.raises(registry_derivation.DerivationError, match="megatron-sglang-aligned.patch adds Megatron flags"):
+        registry_derivation.derive(registry_data("v0.3.1"), upstream_sources.SourceTree(str(tree)), "main",
+                                   MAIN_COMMIT, None)
 
 
 def test_known_slimes_and_labels():

@@ -317,7 +317,7 @@ def test_an_unknown_key_in_an_eval_config_stops_slime():
 def test_sglang_config_of_the_page_is_valid_for_slimes_loader():
     """slime's SglangConfig (v0.3.1 sglang_config.py, run for real) reads the page's YAML, resolves each
     model, and the GPUs add up to --rollout-num-gpus (the check in _resolve_sglang_config)."""
-    from slime_check.tools.gen_flag_registry import exec_source
+    from slime_check.tools.upstream_sources import exec_source
 
     page = "sglang-deployment.md"
     spec, body = next((s, b) for p, _, s, b in SNIPPETS if p == page and "sglang-config" in b)

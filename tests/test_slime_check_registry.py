@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from slime_check.tools import gen_flag_registry as gen
+from slime_check.tools import flag_records, upstream_sources
 from slime_common.registry import load_registry
 
 
@@ -134,9 +134,10 @@ def add_args(parser):
     parser.add_argument("--size", type=int, default=3)
     return parser
 """
-    module = gen.exec_source("fake_args", source, "fake_args.py", {})
+    module = upstream_sources.exec_source("fake_args", source, "fake_args.py", {})
     parser = module.add_args(argparse.ArgumentParser())
-    records = {r["flags"][0]: r for r in (gen.action_record(a, "main", "x") for a in gen.option_actions(parser))}
+    actions = flag_records.option_actions(parser)
+    records = {r["flags"][0]: r for r in (flag_records.action_record(a, "main", "x") for a in actions)}
     assert records["--size"]["type"] == "int" and records["--size"]["default"] == 3
     assert records["--backend"]["default"] == {"py": "heavy_dependency.backends.default()"}
     assert records["--kernel"]["choices"] is None  # built from a stub: unknown, not ["a"]
@@ -148,8 +149,8 @@ def test_captured_parser_stops_at_parse():
         parser.add_argument("--x", type=float, default=0.5)
         return parser.parse_known_args(["--x", "1"])
 
-    parser = gen.captured_parser(build_and_parse)
-    assert [a.option_strings for a in gen.option_actions(parser)] == [["--x"]]
+    parser = upstream_sources.captured_parser(build_and_parse)
+    assert [a.option_strings for a in flag_records.option_actions(parser)] == [["--x"]]
     assert argparse.ArgumentParser().parse_known_args([])[1] == []  # parse_known_args restored
 
 
@@ -157,10 +158,10 @@ def test_to_json_keeps_plain_values_and_names_the_rest():
     class Backend(enum.Enum):
         auto = 1
 
-    assert gen.to_json([1, "a", None, 2.5]) == [1, "a", None, 2.5]
-    assert gen.to_json(Backend.auto) == {"py": "Backend.auto"}
-    assert gen.to_json(float("inf")) == {"py": "inf"}
-    assert gen.type_name(json.loads) == "json" and gen.type_name(int) == "int"
+    assert flag_records.to_json([1, "a", None, 2.5]) == [1, "a", None, 2.5]
+    assert flag_records.to_json(Backend.auto) == {"py": "Backend.auto"}
+    assert flag_records.to_json(float("inf")) == {"py": "inf"}
+    assert flag_records.type_name(json.loads) == "json" and flag_records.type_name(int) == "int"
 
 
 def test_patch_added_flags_reads_flags_and_dataclass_fields():
@@ -172,14 +173,14 @@ diff --git a/megatron/training/arguments.py b/megatron/training/arguments.py
 +    group.add_argument('--use-gated-attention', action='store_true',
 -    group.add_argument('--removed-flag')
 """  # noqa: E501
-    assert gen.patch_added_flags(patch) == {"--post-mlp-layernorm", "--use-gated-attention"}
+    assert upstream_sources.patch_added_flags(patch) == {"--post-mlp-layernorm", "--use-gated-attention"}
 
 
 def test_source_tree_reads_wheels(tmp_path):
     wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("pkg/version.py", '__version__ = "1.0"\n')
-    assert gen.SourceTree(str(wheel)).read("pkg/version.py").startswith("__version__")
+    assert upstream_sources.SourceTree(str(wheel)).read("pkg/version.py").startswith("__version__")
 
 
 def test_patch_text_applies_only_the_target_file():
@@ -189,5 +190,5 @@ def test_patch_text_applies_only_the_target_file():
         "diff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n"
         "@@ -1,2 +1,3 @@\n a = 1\n+extra = True\n b = 2\n"
     )
-    assert gen.patch_text(original, patch, "pkg/mod.py") == "a = 1\nextra = True\nb = 2\n"
-    assert gen.patch_text(original, patch, "pkg/absent.py") == original
+    assert upstream_sources.patch_text(original, patch, "pkg/mod.py") == "a = 1\nextra = True\nb = 2\n"
+    assert upstream_sources.patch_text(original, patch, "pkg/absent.py") == original

@@ -64,7 +64,7 @@ def registry_for_checkout(slime_dir: str | Path, base: str, label: str | None = 
     gives the provenance in one line. ``sglang_root``: a folder holding ``sglang/srt/server_args.py``
     whose flags replace the base's SGLang flags. UserError when ``slime_dir`` holds no slime source.
     """
-    from slime_check.tools import gen_flag_registry as gen
+    from slime_check.tools.upstream_sources import SourceTree
 
     if base not in KNOWN_SLIMES:
         raise ValueError(f"no flag registry for slime {base!r}; known: {', '.join(KNOWN_SLIMES)}")
@@ -74,14 +74,14 @@ def registry_for_checkout(slime_dir: str | Path, base: str, label: str | None = 
                         f"(the folder holding train.py and slime/).")
     data = registry_data(base)
     base_records = data["flags"]
-    tree = gen.SourceTree(str(root))
+    tree = SourceTree(str(root))
     with _sys_modules_kept():
-        add_server_flags, sglang_note = _sglang_reader(gen, tree, sglang_root, base_records)
-        records, read, notes = _read(gen, tree, root, base, base_records, add_server_flags)
+        add_server_flags, sglang_note = _sglang_reader(tree, sglang_root, base_records)
+        records, read, notes = _read(tree, root, base, base_records, add_server_flags)
         if add_server_flags is not None and (SGLANG_ARGS not in read or not _enough_sglang(records, base_records)):
             why = "gave too few --sglang-* flags to trust" if SGLANG_ARGS in read else "could not be used"
             sglang_note = f"SGLang flags: {sglang_root} {why}; taken from the registry shipped for slime {base}"
-            records, read, notes = _read(gen, tree, root, base, base_records, None)
+            records, read, notes = _read(tree, root, base, base_records, None)
     if sglang_note:
         notes.append(sglang_note)
     if read:
@@ -101,12 +101,16 @@ def registry_for_checkout(slime_dir: str | Path, base: str, label: str | None = 
     return Registry({**meta, "flags": records}, label=label or base, flags_from=flags_from), notes
 
 
-def _sglang_reader(gen, tree, sglang_root, base_records):
+def _sglang_reader(tree, sglang_root, base_records):
     """``(add_server_flags, note)``: a function adding an installed SGLang's flags, or None and why."""
+    import types
+
+    from slime_check.tools.upstream_sources import SourceTree, exec_source
+
     if sglang_root is None:
         return None, ""
     root = Path(sglang_root)
-    source = gen.SourceTree(str(root)) if root.is_dir() else None
+    source = SourceTree(str(root)) if root.is_dir() else None
     if source is None or not (root / "sglang" / "srt" / "server_args.py").is_file():
         return None, f"SGLang flags: no sglang/srt/server_args.py under {root}; taken from the shipped registry"
     version = "unknown version"
@@ -117,14 +121,14 @@ def _sglang_reader(gen, tree, sglang_root, base_records):
         match = re.search(r"""__version__\s*=\s*['"]([^'"]+)""", version_file.read_text())
         version = match.group(1) if match else version
     try:
-        provided = {"sglang": gen.types.ModuleType("sglang")}
+        provided = {"sglang": types.ModuleType("sglang")}
         for name in ("arg_utils", "argparse_actions"):
             rel = f"sglang/srt/arg_groups/{name}.py"
             if (root / rel).is_file():
-                provided[f"sglang.srt.arg_groups.{name}"] = gen.exec_source(
+                provided[f"sglang.srt.arg_groups.{name}"] = exec_source(
                     f"sglang.srt.arg_groups.{name}", source.read(rel), str(root / rel), {})
-        module = gen.exec_source("sglang.srt.server_args", source.read("sglang/srt/server_args.py"),
-                                 str(root / "sglang/srt/server_args.py"), provided)
+        module = exec_source("sglang.srt.server_args", source.read("sglang/srt/server_args.py"),
+                             str(root / "sglang/srt/server_args.py"), provided)
         server_args = module.ServerArgs
     except Exception as e:  # someone else's source run with stubs: any failure means "could not read it"
         return None, f"SGLang flags: could not read {root}/sglang/srt/server_args.py ({_why(e)}); taken from the " \
@@ -141,8 +145,12 @@ def _enough_sglang(records: list[dict], base_records: list[dict]) -> bool:
     return count(records) >= count(base_records) // 2
 
 
-def _read(gen, tree, root: Path, base: str, base_records: list[dict],
+def _read(tree, root: Path, base: str, base_records: list[dict],
           add_server_flags=None) -> tuple[list[dict], list[str], list[str]]:
+    from slime_check.tools.flag_records import action_record, option_actions
+    from slime_check.tools.registry_derivation import derive_main_records, derive_sglang_records
+    from slime_check.tools.upstream_sources import build_preparse_parser
+
     notes: list[str] = []
     records: list[dict] = []
     read: list[str] = []
@@ -151,9 +159,9 @@ def _read(gen, tree, root: Path, base: str, base_records: list[dict],
         return [r for r in base_records if r["parser"] == parser]
 
     try:
-        records += gen.derive_main_records(base_records, tree)
-        records += [gen.action_record(a, "preparse", "slime")
-                    for a in gen.option_actions(gen.build_preparse_parser(tree))]
+        records += derive_main_records(base_records, tree)
+        records += [action_record(a, "preparse", "slime")
+                    for a in option_actions(build_preparse_parser(tree))]
         read.append(SLIME_ARGS)
     except Exception as e:  # the user's file, run with stubs: any failure means "could not read it"
         records = carried("main") + carried("preparse")
@@ -161,7 +169,7 @@ def _read(gen, tree, root: Path, base: str, base_records: list[dict],
                      f"taken from the registry shipped for slime {base}")
     if (root / SGLANG_ARGS).is_file():
         try:
-            records += gen.derive_sglang_records(base_records, tree, lambda parser: None, add_server_flags)
+            records += derive_sglang_records(base_records, tree, lambda parser: None, add_server_flags)
             read.append(SGLANG_ARGS)
         except Exception as e:
             records += carried("sglang")
