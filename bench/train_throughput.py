@@ -446,7 +446,7 @@ def bench_ours(model_dir: Path, shapes, warmup: int, steps: int, variant: str, o
 def _bench_ours(model_dir: Path, shapes, warmup: int, steps: int, variant: str, opts) -> dict:
     from slime_ref.arguments import build_parser, validate_args
     from slime_ref.backends.megatron.actor import MegatronActor
-    from slime_ref.backends.megatron.arguments import add_megatron_arguments
+    from slime_ref.backends.megatron.megatron_flags import add_megatron_arguments
 
     results = {}
     actor = None

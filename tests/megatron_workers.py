@@ -24,7 +24,7 @@ ROLLOUT_FLAGS = ["--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--
 def make_args(argv: list[str]) -> argparse.Namespace:
     """slime-ref's flags plus the Megatron group, parsed and validated as the trainer does."""
     from slime_ref.arguments import build_parser, validate_args
-    from slime_ref.backends.megatron.arguments import add_megatron_arguments
+    from slime_ref.backends.megatron.megatron_flags import add_megatron_arguments
 
     parser = add_megatron_arguments(build_parser())
     return validate_args(parser.parse_args([*ROLLOUT_FLAGS, *argv]))
@@ -194,8 +194,8 @@ def architecture_worker(rank, world, port, model_dirs):
     import types
 
     from slime_ref.backends.megatron import initialize
+    from slime_ref.backends.megatron.hf_weights import load_hf_weights
     from slime_ref.backends.megatron.model import build_model, read_hf_architecture, transformer_config
-    from slime_ref.backends.megatron.weights import load_hf_weights
 
     initialize.init_distributed(rank, world, master_port=port)
     args = make_args(["--global-batch-size", "4", "--tensor-model-parallel-size", str(world)])
@@ -214,7 +214,7 @@ def architecture_worker(rank, world, port, model_dirs):
 
 
 def _buckets(model, arch, bucket_bytes):
-    from slime_ref.backends.megatron.weights import iter_hf_weight_buckets
+    from slime_ref.backends.megatron.hf_weights import iter_hf_weight_buckets
 
     return iter_hf_weight_buckets(model, arch, bucket_bytes)
 

@@ -457,7 +457,7 @@ def test_unsupported_architecture_is_named(tmp_path):
 
 
 def test_flattened_bucket_round_trips_mixed_dtypes_exactly():
-    from slime_ref.engine.weights import deserialize_flattened_bucket
+    from slime_ref.engine.weight_receive import deserialize_flattened_bucket
     from slime_ref.weights.transfer import serialize_flattened_bucket
 
     named = [("a", torch.randn(3, 4)), ("b", torch.randn(6).to(torch.bfloat16)), ("c", torch.tensor([7, -2])),
@@ -475,7 +475,7 @@ def test_flattened_bucket_from_slime_uses_sglang_metadata_class(monkeypatch):
     import dataclasses
     import types
 
-    from slime_ref.engine.weights import deserialize_flattened_bucket
+    from slime_ref.engine.weight_receive import deserialize_flattened_bucket
     from slime_ref.weights.transfer import _share_and_encode
 
     @dataclasses.dataclass
@@ -506,7 +506,7 @@ def test_flattened_bucket_from_slime_uses_sglang_metadata_class(monkeypatch):
 def test_flattened_bucket_with_wrong_offsets_is_refused(start, end, message):
     from types import SimpleNamespace
 
-    from slime_ref.engine.weights import deserialize_flattened_bucket
+    from slime_ref.engine.weight_receive import deserialize_flattened_bucket
     from slime_ref.weights.transfer import _share_and_encode
 
     flat = torch.zeros(24, dtype=torch.uint8)
@@ -519,7 +519,7 @@ def test_flattened_bucket_with_wrong_offsets_is_refused(start, end, message):
 def test_flattened_bucket_with_an_unaligned_tensor_still_decodes():
     from types import SimpleNamespace
 
-    from slime_ref.engine.weights import deserialize_flattened_bucket
+    from slime_ref.engine.weight_receive import deserialize_flattened_bucket
     from slime_ref.weights.transfer import _share_and_encode
 
     weight = torch.randn(2, 3)

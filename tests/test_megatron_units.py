@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from slime_ref.backends.megatron import checkpoint as ckpt
-from slime_ref.backends.megatron.arguments import add_megatron_arguments, validate_megatron_args
 from slime_ref.backends.megatron.data import balanced_partition, first_fit_pack, schedule_rollout
+from slime_ref.backends.megatron.hf_weights import qkv_to_hf, qkv_to_megatron, shard, to_hf, to_megatron, unshard
 from slime_ref.backends.megatron.layers import (
     PackedSequence,
     RopeConfig,
@@ -18,8 +18,8 @@ from slime_ref.backends.megatron.layers import (
     attention_per_sequence,
 )
 from slime_ref.backends.megatron.logprobs import _VocabParallelLogProbEntropy, response_rows
+from slime_ref.backends.megatron.megatron_flags import add_megatron_arguments, validate_megatron_args
 from slime_ref.backends.megatron.model import padded_vocab_size, read_hf_architecture
-from slime_ref.backends.megatron.weights import qkv_to_hf, qkv_to_megatron, shard, to_hf, to_megatron, unshard
 from slime_ref.errors import UserError
 
 # ---------------------------------------------------------------------------------------------

@@ -421,7 +421,7 @@ def build_parser() -> ArgumentParser:
         add_slime_ref_arguments,
     ):
         add(parser)
-    from slime_ref.backends.megatron.arguments import add_megatron_arguments
+    from slime_ref.backends.megatron.megatron_flags import add_megatron_arguments
 
     add_megatron_arguments(parser)  # Megatron-LM's flags the trainer reads, with slime's reset defaults
     return parser

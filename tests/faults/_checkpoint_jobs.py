@@ -51,7 +51,7 @@ def load_worker(rank, world, port, model_dir, dirs):
     """Load each checkpoint directory in turn into one actor; the error each raised (None if it loaded)."""
     from slime_ref.backends.megatron import checkpoint as ckpt
     from slime_ref.backends.megatron.actor import MegatronActor
-    from slime_ref.backends.megatron.weights import unwrap
+    from slime_ref.backends.megatron.hf_weights import unwrap
     from slime_ref.errors import UserError
 
     actor = MegatronActor(make_args([*ARGV, "--hf-checkpoint", model_dir]), rank=rank, world_size=world,

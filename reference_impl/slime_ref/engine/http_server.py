@@ -24,7 +24,7 @@ from slime_ref.engine.model_runner import ModelRunner
 from slime_ref.engine.sampling import SamplingParams
 from slime_ref.engine.scheduler import Request, Scheduler, new_rid
 from slime_ref.engine.script import SCRIPT_ENV, STATS_ENV, Pick, append_stats, load_script
-from slime_ref.engine.weights import WeightUpdateGroups, deserialize_flattened_bucket, deserialize_named_tensors
+from slime_ref.engine.weight_receive import WeightUpdateGroups, deserialize_flattened_bucket, deserialize_named_tensors
 
 logger = logging.getLogger(__name__)
 

@@ -43,14 +43,19 @@ import torch.distributed as dist
 from megatron.core import parallel_state as ps
 
 from slime_ref.backends.megatron import checkpoint as ckpt
-from slime_ref.backends.megatron import initialize, losses, optimizer_kernels
-from slime_ref.backends.megatron.arguments import validate_megatron_args
+from slime_ref.backends.megatron import initialize, optimizer_kernels
 from slime_ref.backends.megatron.data import PackedMicroBatch, StepSchedule, pack_micro_batch, schedule_rollout
+from slime_ref.backends.megatron.hf_weights import iter_hf_weight_buckets, load_hf_weights, save_hf_checkpoint, unwrap
 from slime_ref.backends.megatron.layers import to_device
 from slime_ref.backends.megatron.logprobs import response_log_probs, response_rows
+from slime_ref.backends.megatron.megatron_flags import validate_megatron_args
+from slime_ref.backends.megatron.micro_batch_losses import (
+    advantages_and_returns,
+    micro_batch_loss,
+    value_micro_batch_loss,
+)
 from slime_ref.backends.megatron.model import build_model, read_hf_architecture, transformer_config
 from slime_ref.backends.megatron.step_graphs import StepGraphs
-from slime_ref.backends.megatron.weights import iter_hf_weight_buckets, load_hf_weights, save_hf_checkpoint, unwrap
 from slime_ref.errors import UserError
 from slime_ref.utils.hooks import load_function
 
@@ -523,7 +528,7 @@ class MegatronActor:
             mine = [i for step in schedule for mb in step.micro_batches for i in mb]
             rollout["values"] = _by_index(old_values, n)
             with self.phase("advantages"):
-                _, returns = losses.advantages_and_returns(a, rollout, mine, process_group=ps.get_data_parallel_group())
+                _, returns = advantages_and_returns(a, rollout, mine, process_group=ps.get_data_parallel_group())
             rollout["returns"] = [None] * n
             for i, ret in zip(mine, returns):
                 rollout["returns"][i] = ret
@@ -551,7 +556,7 @@ class MegatronActor:
             return
         mine = [i for step in schedule for mb in step.micro_batches for i in mb]
         with self.phase("advantages"):
-            advantages, returns = losses.advantages_and_returns(
+            advantages, returns = advantages_and_returns(
                 a, rollout, mine, process_group=ps.get_data_parallel_group()
             )
         rollout["advantages"], rollout["returns"] = [None] * n, [None] * n
@@ -568,11 +573,11 @@ class MegatronActor:
         def loss_fn(mb, logits):
             if self.role == "critic":  # logits are the value head's output
                 with self.phase("loss"):
-                    loss, metrics = losses.value_micro_batch_loss(a, mb, self._response_values(mb, logits), step)
+                    loss, metrics = value_micro_batch_loss(a, mb, self._response_values(mb, logits), step)
                 return loss * scale, metrics
             log_probs, entropy = self._score(mb, logits)
             with self.phase("loss"):
-                loss, metrics = losses.micro_batch_loss(a, mb, log_probs, entropy, step)
+                loss, metrics = micro_batch_loss(a, mb, log_probs, entropy, step)
             return loss * scale, metrics
 
         self.model.zero_grad_buffer()
@@ -622,7 +627,7 @@ class MegatronActor:
     # weights out, checkpoints
 
     def iter_hf_weights(self, bucket_bytes: int | None = None):
-        """The actor's weights as HF-named full tensors, in buckets (collective; see weights.py)."""
+        """The actor's weights as HF-named full tensors, in buckets (collective; see hf_weights.py)."""
         return iter_hf_weight_buckets(self.model, self.arch, bucket_bytes or self.args.update_weight_buffer_size)
 
     def save_hf(self, out_dir: str | Path) -> None:

@@ -45,7 +45,7 @@ def _single_process_model(hf_dir: Path, dtype):
 
 def hf_to_torch_dist(hf_dir: str | Path, save: str | Path) -> Path:
     from slime_ref.backends.megatron import checkpoint, initialize
-    from slime_ref.backends.megatron.weights import HFCheckpoint, load_hf_weights
+    from slime_ref.backends.megatron.hf_weights import HFCheckpoint, load_hf_weights
 
     hf_dir = Path(hf_dir)
     reader = HFCheckpoint(hf_dir)
@@ -68,7 +68,7 @@ def torch_dist_to_hf(input_dir: str | Path, output_dir: str | Path, origin_hf_di
     from megatron.core import dist_checkpointing
 
     from slime_ref.backends.megatron import initialize
-    from slime_ref.backends.megatron.weights import save_hf_checkpoint
+    from slime_ref.backends.megatron.hf_weights import save_hf_checkpoint
     metadata = dist_checkpointing.load_tensors_metadata(str(path))
     if "embedding.word_embeddings.weight" not in metadata:
         raise UserError(f"--input-dir {path}: the checkpoint holds no model weights")
