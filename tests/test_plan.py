@@ -15,28 +15,29 @@ from pathlib import Path
 import pytest
 
 from slime_check import plan as P
+from slime_check import plan_job as J
 from slime_check import plan_rollout as R
-from slime_check.plan_report import card_from
+from slime_check.plan_inputs import card_from
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests/fixtures/slime_sources/scripts"
 ENV_CAPTURE = REPO / "tests/fixtures/env/h200x1/capture.txt"
 
 # Qwen3-4B (scripts/models/qwen3-4B.sh; Qwen/Qwen3-4B config.json)
-QWEN3_4B = P.Shape(layers=36, hidden=2560, ffn=9728, heads=32, kv_heads=8, head_dim=128, vocab=151936,
+QWEN3_4B = J.Shape(layers=36, hidden=2560, ffn=9728, heads=32, kv_heads=8, head_dim=128, vocab=151936,
                    tied=True, qk_norm=True)
 # Qwen3-0.6B (scripts/models/qwen3-0.6B.sh)
-QWEN3_06B = P.Shape(layers=28, hidden=1024, ffn=3072, heads=16, kv_heads=8, head_dim=128, vocab=151936,
+QWEN3_06B = J.Shape(layers=28, hidden=1024, ffn=3072, heads=16, kv_heads=8, head_dim=128, vocab=151936,
                     tied=True, qk_norm=True)
-H100 = P.Card("H100-80GB", *P.CARDS["H100-80GB"][:2], "test")
+H100 = J.Card("H100-80GB", *J.CARDS["H100-80GB"][:2], "test")
 
 
-def _train(**kw) -> P.Train:
-    return P.Train(**{"longest": 9216, "dynamic": True, "max_tokens": 9216, "global_batch": 256, **kw})
+def _train(**kw) -> J.Train:
+    return J.Train(**{"longest": 9216, "dynamic": True, "max_tokens": 9216, "global_batch": 256, **kw})
 
 
-def _job(shape=QWEN3_4B, par=None, train=None, rollout=None, card=H100, **kw) -> P.Job:
-    return P.Job(shape=shape, par=par or P.Parallel(world=8, tp=2, sp=True), train=train or _train(),
+def _job(shape=QWEN3_4B, par=None, train=None, rollout=None, card=H100, **kw) -> J.Job:
+    return J.Job(shape=shape, par=par or J.Parallel(world=8, tp=2, sp=True), train=train or _train(),
                  rollout=rollout, card=card, **kw)
 
 
@@ -79,7 +80,7 @@ def test_optimizer_bytes_with_precision_aware_cpu_offload_and_cp():
     assert P.optimizer_bytes_per_param(_train(precision_aware=True, exp_avg_dtype="bf16",
                                                exp_avg_sq_dtype="bf16")) == 2 + 2 + 2
     assert P.optimizer_bytes_per_param(_train(precision_aware=True), bf16=False) == 4 + 4 + 4
-    job = _job(par=P.Parallel(world=8, tp=2, cp=2, sp=True), train=_train(cpu_adam=True))
+    job = _job(par=J.Parallel(world=8, tp=2, cp=2, sp=True), train=_train(cpu_adam=True))
     items, counts = P.state_items(job, 0)
     assert items[2].bytes == 0  # --optimizer-cpu-offload: none of it on the GPU
     assert counts["shard"] == 2_011_495_936 / 4  # DP 2 x CP 2
@@ -89,21 +90,21 @@ def test_optimizer_bytes_with_precision_aware_cpu_offload_and_cp():
 
 
 def test_pipeline_stages_split_layers_and_hold_embedding_and_output_layer():
-    par = P.Parallel(world=2, pp=2)
+    par = J.Parallel(world=2, pp=2)
     assert [list(r) for r in P.stage_layers(QWEN3_06B, par)] == [list(range(14)), list(range(14, 28))]
     first = {t.name for t in P.param_tensors(QWEN3_06B, par, 0)}
     last = {t.name for t in P.param_tensors(QWEN3_06B, par, 1)}
     assert "embedding.word_embeddings.weight" in first and "output_layer.weight" not in first
     # tied embeddings: the last stage holds its own copy of the output layer
     assert {"output_layer.weight", "decoder.final_layernorm.weight"} <= last
-    uneven = P.Parallel(world=4, pp=4, first_stage_layers=4, last_stage_layers=6)
+    uneven = J.Parallel(world=4, pp=4, first_stage_layers=4, last_stage_layers=6)
     assert [len(r) for r in P.stage_layers(QWEN3_06B, uneven)] == [4, 9, 9, 6]
 
 
 def test_moe_experts_split_over_ep_and_sharded_over_expert_dp():
-    moe = P.Shape(layers=2, hidden=64, ffn=128, heads=4, kv_heads=2, head_dim=16, vocab=256, tied=False,
+    moe = J.Shape(layers=2, hidden=64, ffn=128, heads=4, kv_heads=2, head_dim=16, vocab=256, tied=False,
                   experts=8, moe_ffn=32, topk=2, shared_ffn=48, moe_pattern=(False, True))
-    par = P.Parallel(world=4, ep=2)
+    par = J.Parallel(world=4, ep=2)
     tensors = P.param_tensors(moe, par, 0)
     experts = [t for t in tensors if t.expert]
     assert len(experts) == 4 * 2  # 8 experts / EP 2 = 4 local, fc1 + fc2 each
@@ -123,10 +124,10 @@ def test_slime_issue_1951_logits_allocation_is_reproduced():
     """slime #1951: retool (Qwen3-4B, TP 2) "Tried to allocate 58.15 GiB", one fp32 [T, 76032]
     buffer (the vocabulary padded to 152064, halved) for a micro-batch of about 205,300 tokens (the
     thread says 205,280, rounded); at the script's --max-tokens-per-gpu 9216 the buffer is 2.6 GiB."""
-    par = P.Parallel(world=4, tp=2, sp=True)
+    par = J.Parallel(world=4, tp=2, sp=True)
     assert P.fp32_logits_bytes(QWEN3_4B, par, 205_300) == 205_300 * 76_032 * 4 == 62_437_478_400
-    assert round(62_437_478_400 / P.GIB, 2) == 58.15
-    assert round(P.fp32_logits_bytes(QWEN3_4B, par, 9216) / P.GIB, 2) == 2.61
+    assert round(62_437_478_400 / J.GIB, 2) == 58.15
+    assert round(P.fp32_logits_bytes(QWEN3_4B, par, 9216) / J.GIB, 2) == 2.61
     # slime v0.3.1 caps a micro-batch at --max-tokens-per-gpu; only one longer sample exceeds it
     assert P.micro_batch_tokens(_train(longest=9216, max_tokens=9216), par) == 9216
     assert P.micro_batch_tokens(_train(longest=205_280, max_tokens=9216), par) == 205_280
@@ -147,35 +148,35 @@ def test_logits_bytes_per_element_follow_slimes_kernel():
 # ---------------------------------------------------------------------------------------------- activations
 
 
-GPT = P.Shape(layers=1, hidden=4096, ffn=4 * 4096, heads=32, kv_heads=32, head_dim=128, vocab=51200, swiglu=False)
+GPT = J.Shape(layers=1, hidden=4096, ffn=4 * 4096, heads=32, kv_heads=32, head_dim=128, vocab=51200, swiglu=False)
 
 
 def test_activations_reduce_to_korthikanti_et_al_for_their_gpt_layer():
     """Their eq. 1 (no parallelism) is s b h (34 + 5 a s / h) bytes a layer: per token 34 h + 5 a s."""
     s, h, a = 2048, 4096, 32
     train = _train(longest=s, hidden_dropout=0.1, unfused_attention=True)
-    one = P.Parallel(world=1)
+    one = J.Parallel(world=1)
     assert P.layer_activation_per_token(GPT, one, train, moe=False) == 34 * h + 5 * a * s
     # eq. 2, tensor parallel t without sequence parallelism: s b h (10 + 24 / t + 5 a s / (h t))
     t = 8
-    assert P.layer_activation_per_token(GPT, P.Parallel(world=8, tp=t), train, moe=False) == \
+    assert P.layer_activation_per_token(GPT, J.Parallel(world=8, tp=t), train, moe=False) == \
         10 * h + 24 * h / t + 5 * a * s / t
     # eq. 4, with sequence parallelism: s b h / t (34 + 5 a s / h)
-    assert P.layer_activation_per_token(GPT, P.Parallel(world=8, tp=t, sp=True), train, moe=False) == \
+    assert P.layer_activation_per_token(GPT, J.Parallel(world=8, tp=t, sp=True), train, moe=False) == \
         (34 * h + 5 * a * s) / t
 
 
 def test_flash_attention_keeps_no_score_matrix_and_qwen3_layer_count():
     # flash: the 5 a s term becomes the fp32 softmax statistics, 4 a; no dropout masks at dropout 0
     h, a, d, g, f = 2560, 32, 128, 8, 9728
-    per = P.layer_activation_per_token(QWEN3_4B, P.Parallel(world=1), _train(), moe=False)
+    per = P.layer_activation_per_token(QWEN3_4B, J.Parallel(world=1), _train(), moe=False)
     # norm in, QKV in, q/k/v, q/k norm inputs, softmax stats, attention out | norm in, fc1 in, fc1 out, SwiGLU out
     assert per == (2 * h + 2 * h + 2 * (a * d + 2 * g * d) + 2 * (a * d + g * d) + 4 * a + 2 * a * d
                    + 2 * h + 2 * h + 2 * 2 * f + 2 * f) == 109_696
 
 
 def test_full_recompute_keeps_one_input_per_chunk_and_rebuilds_one_chunk():
-    par = P.Parallel(world=8, tp=2, sp=True)
+    par = J.Parallel(world=8, tp=2, sp=True)
     job = _job(par=par, train=_train(recompute="full", recompute_method="uniform", recompute_layers=1))
     kept, rebuilt, _ = P._layers_activation(job, range(36), 9216, in_flight=1)
     assert kept == 36 * 2 * 2560 / 2 * 9216  # each layer's input, sequence-parallel
@@ -189,9 +190,9 @@ def test_full_recompute_keeps_one_input_per_chunk_and_rebuilds_one_chunk():
 
 
 def test_micro_batch_tokens_and_count():
-    par = P.Parallel(world=8, tp=2, cp=2, sp=True)
+    par = J.Parallel(world=8, tp=2, cp=2, sp=True)
     assert P.micro_batch_tokens(_train(longest=20000, max_tokens=8192), par) == 10000  # one sample / CP
-    assert P.micro_batch_tokens(_train(dynamic=False, micro_batch=2, longest=9216), P.Parallel(world=1)) == 18432
+    assert P.micro_batch_tokens(_train(dynamic=False, micro_batch=2, longest=9216), J.Parallel(world=1)) == 18432
     # 256 samples over DP 2; 8192 x CP 2 tokens fit one 9216-token sample per micro-batch
     assert P.micro_batches(_train(longest=9216, max_tokens=8192), par) == 128
 
@@ -203,30 +204,30 @@ def test_kv_bytes_per_token():
     assert R.kv_bytes_per_token(QWEN3_4B, 2, 1, 2) == 2 * 4 * 128 * 36 * 2 == 73_728  # K and V, 4 KV heads a GPU
     assert R.kv_bytes_per_token(QWEN3_4B, 16, 1, 2) == 2 * 1 * 128 * 36 * 2  # heads replicated past TP 8
     assert R.kv_bytes_per_token(QWEN3_4B, 1, 1, 1) == 2 * 8 * 128 * 36  # fp8 KV
-    mla = P.Shape(layers=61, hidden=7168, ffn=18432, heads=128, kv_heads=128, head_dim=128, vocab=129280,
-                  mla=P.MLA(q_lora=1536, kv_lora=512, qk_head=128, qk_pos=64, v_head=128))
+    mla = J.Shape(layers=61, hidden=7168, ffn=18432, heads=128, kv_heads=128, head_dim=128, vocab=129280,
+                  mla=J.MLA(q_lora=1536, kv_lora=512, qk_head=128, qk_pos=64, v_head=128))
     assert R.kv_bytes_per_token(mla, 8, 1, 2) == (512 + 64) * 61 * 2  # the latent, not split over TP
 
 
 def test_sglang_default_mem_fraction_by_hand():
-    ro = P.Rollout(gpus=8, per_engine=2, prefill_graphs=False)
+    ro = J.Rollout(gpus=8, per_engine=2, prefill_graphs=False)
     job = _job(rollout=ro)
     # 512 + 8192 x 1.5 + 256 decode graph bs x 2 + TP 2 / 8 x 1024 = 13,568 MiB of nvidia-smi's 81,559
     assert R.sglang_default_mem_fraction(job, 2, 256, 0) == round((81559 - 13568) / 81559, 3) == 0.834
-    h200 = P.Card("H200", *P.CARDS["H200-141GB"][:2], "t")
-    job = _job(rollout=P.Rollout(gpus=1, per_engine=1), card=h200)
+    h200 = J.Card("H200", *J.CARDS["H200-141GB"][:2], "t")
+    job = _job(rollout=J.Rollout(gpus=1, per_engine=1), card=h200)
     assert R.prefill_graph_sizes(8192) == 8 + 14 + 8 + 8 + 12 + 8  # SGLang's capture sizes up to 8192
     # 512 + 12288 + 512 + 128 + 58 prefill graph sizes x 8
     assert R.sglang_default_mem_fraction(job, 1, 256, 58) == round((143771 - 13904) / 143771, 3) == 0.903
-    small = _job(rollout=P.Rollout(gpus=1, per_engine=1, prefill_graphs=False), card=P.Card("x", 0, 24576, "t"))
+    small = _job(rollout=J.Rollout(gpus=1, per_engine=1, prefill_graphs=False), card=J.Card("x", 0, 24576, "t"))
     # 24 GiB: chunked prefill 2048, decode graphs up to 24 -> 512 + 3072 + 48 + 128, no 10 GiB floor
     assert R.sglang_default_mem_fraction(small, 1, 24, 0) == round((24576 - 3760) / 24576, 3)
 
 
 def test_static_pool_is_what_sglang_leaves_after_weights():
-    ro = P.Rollout(gpus=8, per_engine=2, mem_fraction=0.7, requests=256, prompt=1024, response=8192)
+    ro = J.Rollout(gpus=8, per_engine=2, mem_fraction=0.7, requests=256, prompt=1024, response=8192)
     eng = R.engine(_job(rollout=ro, colocate=True))
-    start = (P.CUDA_CONTEXT + P.NCCL_BUFFERS) * P.GIB
+    start = (P.CUDA_CONTEXT + P.NCCL_BUFFERS) * J.GIB
     pre = H100.usable - start
     assert eng.pre == pre
     assert eng.weights == 4_022_468_096 * 2 / 2
@@ -243,7 +244,7 @@ def test_pinned_backups_round_each_tensor_up_to_a_power_of_two():
     assert R.pinned(49_807_360) == 67_108_864  # a 9728 x 2560 bf16 weight: 47.5 MiB in a 64 MiB block
     assert R.pinned(1 << 20) == 1 << 20
     assert R.pinned(0) == 0
-    job = _job(par=P.Parallel(world=1), train=_train(ref=True, offload_train=True), gpus_per_node=1)
+    job = _job(par=J.Parallel(world=1), train=_train(ref=True, offload_train=True), gpus_per_node=1)
     host = R.host_phase(job)
     backups = next(i for i in host.items if i.label == "pinned weight backups")
     one = sum(R.pinned(2 * t.numel) for t in P.param_tensors(QWEN3_4B, job.par, 0))
@@ -310,15 +311,15 @@ def test_a_job_built_to_oom_fails_with_the_knobs_that_fix_it(tmp_path):
 
 
 def test_a_peak_within_ten_percent_warns_and_over_the_card_fails():
-    assert P.verdict(71 * P.GIB, 80 * P.GIB) == "PASS"
-    assert P.verdict(73 * P.GIB, 80 * P.GIB) == "WARN"
-    assert P.verdict(81 * P.GIB, 80 * P.GIB) == "FAIL"
+    assert P.verdict(71 * J.GIB, 80 * J.GIB) == "PASS"
+    assert P.verdict(73 * J.GIB, 80 * J.GIB) == "WARN"
+    assert P.verdict(81 * J.GIB, 80 * J.GIB) == "FAIL"
 
 
 def test_the_max_tokens_knob_names_the_largest_size_that_fits(tmp_path):
     from slime_check.plan_report import train_fixes
 
-    job = _job(par=P.Parallel(world=1), train=_train(longest=4096, max_tokens=65536, recompute="full",
+    job = _job(par=J.Parallel(world=1), train=_train(longest=4096, max_tokens=65536, recompute="full",
                                                      recompute_method="uniform", recompute_layers=1,
                                                      cpu_adam=True))
     peak = P.peak_train(job)
@@ -338,7 +339,7 @@ def test_card_from_a_capture_reads_torch_memory_and_host_ram():
     named, _ = card_from("H200", None)
     assert named.usable == 150_109_880_320
     sized, _ = card_from("79.2GiB", None)
-    assert sized.usable == int(79.2 * P.GIB)
+    assert sized.usable == int(79.2 * J.GIB)
 
 
 @pytest.mark.parametrize("args, words", [
@@ -399,7 +400,7 @@ def test_plan_runs_under_two_seconds_without_importing_torch():
 
 def _plan_argv(argv: list[str], gpu="H100-80GB", host=None):
     from slime_check.launch_script import Origin, Word
-    from slime_check.plan_report import plan_argv
+    from slime_check.plan_inputs import plan_argv
     from slime_common.registry import load_registry
 
     words = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(argv)]
@@ -426,7 +427,7 @@ def test_shapes_come_from_config_json_when_it_is_here(tmp_path):
     shape = planned.plan.job.shape
     assert (shape.layers, shape.hidden, shape.experts, shape.topk, shape.shared_ffn) == (4, 64, 8, 2, 32)
     assert shape.moe_pattern == (False, True, True, True)  # first_k_dense_replace 1
-    assert shape.mla == P.MLA(q_lora=None, kv_lora=16, qk_head=16, qk_pos=8, v_head=16)
+    assert shape.mla == J.MLA(q_lora=None, kv_lora=16, qk_head=16, qk_pos=8, v_head=16)
     assert planned.model_source == str(model / "config.json") and not shape.tied
     # per-token KV of the latent: (16 + 8) x 4 layers x 2 bytes
     assert planned.plan.engine.kv_per_token == 24 * 4 * 2
@@ -500,9 +501,9 @@ def test_a_fraction_that_crowds_the_card_gets_the_fraction_that_fits():
 def test_an_moe_that_does_not_fit_gets_the_expert_parallel_size_that_does():
     from slime_check.plan_report import train_fixes
 
-    moe = P.Shape(layers=48, hidden=2048, ffn=6144, heads=32, kv_heads=4, head_dim=128, vocab=151936, tied=False,
+    moe = J.Shape(layers=48, hidden=2048, ffn=6144, heads=32, kv_heads=4, head_dim=128, vocab=151936, tied=False,
                   qk_norm=True, experts=128, moe_ffn=768, topk=8)  # Qwen3-30B-A3B
-    job = _job(shape=moe, par=P.Parallel(world=8, tp=1, ep=1, etp=1), train=_train(recompute="full", grad_fp32=True,
+    job = _job(shape=moe, par=J.Parallel(world=8, tp=1, ep=1, etp=1), train=_train(recompute="full", grad_fp32=True,
                                                                              recompute_method="uniform",
                                                                              recompute_layers=1, cpu_adam=True))
     fixes = train_fixes(job, P.peak_train(job))

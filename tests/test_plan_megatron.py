@@ -19,6 +19,7 @@ from __future__ import annotations
 import pytest
 
 from slime_check import plan as P
+from slime_check import plan_job as J
 
 VOCAB = 250  # padded to 256 by megatron's rule, so the padding is exercised
 LAYOUTS = {
@@ -31,15 +32,15 @@ LAYOUTS = {
 WORLD = 2
 
 
-def shape_of(layout: dict) -> P.Shape:
+def shape_of(layout: dict) -> J.Shape:
     moe = layout["experts"]
-    return P.Shape(layers=2, hidden=64, ffn=128, heads=4, kv_heads=2, head_dim=16, vocab=VOCAB, tied=layout["tied"],
+    return J.Shape(layers=2, hidden=64, ffn=128, heads=4, kv_heads=2, head_dim=16, vocab=VOCAB, tied=layout["tied"],
                    qk_norm=True, experts=moe, moe_ffn=32 if moe else 0, topk=2 if moe else 0,
                    shared_ffn=48 if moe else 0)
 
 
-def parallel_of(layout: dict) -> P.Parallel:
-    return P.Parallel(world=WORLD, tp=layout["tp"], pp=layout["pp"], ep=layout["ep"])
+def parallel_of(layout: dict) -> J.Parallel:
+    return J.Parallel(world=WORLD, tp=layout["tp"], pp=layout["pp"], ep=layout["ep"])
 
 
 def megatron_worker(rank, world, port, layouts):
@@ -135,8 +136,8 @@ def test_plan_lists_the_parameters_megatron_core_builds_on_each_rank(ranks, name
 def test_optimizer_state_is_the_shard_of_master_weights_and_two_moments(ranks, name):
     layout = LAYOUTS[name]
     shape, par = shape_of(layout), parallel_of(layout)
-    job = P.Job(shape=shape, par=par, train=P.Train(longest=64, max_tokens=64, grad_fp32=True), rollout=None,
-                card=P.Card("test", 80 * P.GIB, 81920, "test"))
+    job = J.Job(shape=shape, par=par, train=J.Train(longest=64, max_tokens=64, grad_fp32=True), rollout=None,
+                card=J.Card("test", 80 * J.GIB, 81920, "test"))
     for rank in ranks:
         shards = rank[name]["shards"]
         assert all(s["dtypes"] == ["torch.float32"] for s in shards)  # fp32 master weights of bf16 parameters

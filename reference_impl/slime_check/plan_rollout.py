@@ -10,22 +10,17 @@ from dataclasses import dataclass
 
 from slime_check.plan import (
     CUDA_CONTEXT,
-    GIB,
     HOST_PER_SGLANG_RANK,
     HOST_PER_TRAIN_RANK,
-    MIB,
     NCCL_BUFFERS,
     SGLANG_GRAPH_POOL,
-    Job,
-    Phase,
-    Shape,
     _overhead,
-    gib,
     optimizer_bytes_per_param,
     param_tensors,
     state_items,
     total_params,
 )
+from slime_check.plan_job import GIB, MIB, Job, Phase, Shape, gib
 
 # ---------------------------------------------------------------------------------------------
 # Rollout (SGLang)

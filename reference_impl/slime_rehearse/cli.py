@@ -244,8 +244,9 @@ def plan(gpu, fixture, host_ram, prompt_len, slime_dir, slime_version, env, as_j
     """
     from slime_check.findings import counts, exit_code, render
     from slime_check.launch_script import Origin, ScriptError, Word, read_script
-    from slime_check.plan import GIB
-    from slime_check.plan_report import card_from, findings, plan_argv, to_dict
+    from slime_check.plan_inputs import card_from, plan_argv
+    from slime_check.plan_job import GIB
+    from slime_check.plan_report import findings, to_dict
     from slime_check.plan_report import render as render_plan
     from slime_check.slime_identity import registry_for
     from slime_common.errors import UserError
