@@ -55,7 +55,9 @@ from slime_ref.backends.megatron.micro_batch_losses import (
     value_micro_batch_loss,
 )
 from slime_ref.backends.megatron.model import build_model, read_hf_architecture, transformer_config
+from slime_ref.backends.megatron.optimizer_setup import build_optimizer, build_scheduler
 from slime_ref.backends.megatron.step_graphs import StepGraphs
+from slime_ref.backends.megatron.weights_backup import WeightsBackup
 from slime_ref.errors import UserError
 from slime_ref.utils.hooks import load_function
 
@@ -69,40 +71,6 @@ def profiler_scope(name: str):
     """The part ``name`` of a training step as a ``torch.profiler`` scope ``slime_ref/<name>``
     (recorded only while a profiler runs)."""
     return torch.profiler.record_function(f"slime_ref/{name}")
-
-
-class WeightsBackup:
-    """CPU copies of this rank's parameters under tags ("actor", "ref"), swapped into the one model.
-
-    slime's TensorBackuper: the reference model costs host memory, not device memory.
-    """
-
-    def __init__(self, model):
-        self._params = list(unwrap(model).named_parameters())
-        self._copies: dict[str, dict[str, torch.Tensor]] = {}
-
-    @property
-    def tags(self) -> list[str]:
-        return list(self._copies)
-
-    @torch.no_grad()
-    def backup(self, tag: str) -> None:
-        copies = self._copies.setdefault(tag, {})
-        pin = torch.cuda.is_available()
-        for name, param in self._params:
-            if name not in copies:
-                copies[name] = torch.empty(param.shape, dtype=param.dtype, device="cpu", pin_memory=pin)
-            copies[name].copy_(param.detach(), non_blocking=pin)
-        if pin:
-            torch.cuda.synchronize()
-
-    @torch.no_grad()
-    def restore(self, tag: str) -> None:
-        copies = self._copies[tag]
-        for name, param in self._params:
-            param.copy_(copies[name], non_blocking=torch.cuda.is_available())
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
 
 
 class MegatronActor:
@@ -150,8 +118,8 @@ class MegatronActor:
             )
         if graphs:
             torch.cuda.current_stream().wait_stream(self.step_graphs.stream)
-        self.optimizer = self._build_optimizer()
-        self.scheduler = self._build_scheduler()
+        self.optimizer = build_optimizer(args, self.model, self.config.params_dtype, self.use_distributed_optimizer)
+        self.scheduler = build_scheduler(args, self.optimizer, self.global_batch_size)
         self.device = next(self.model.parameters()).device
         self.weights = WeightsBackup(self.model)
         self.phase = profiler_scope  # the context each part of a step runs in (see the module docstring)
@@ -181,54 +149,6 @@ class MegatronActor:
     def use_distributed_optimizer(self) -> bool:
         return bool(self.args.use_distributed_optimizer) or ps.get_data_parallel_world_size() > 1
 
-    def _build_optimizer(self):
-        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-
-        a = self.args
-        config = OptimizerConfig(
-            optimizer=a.optimizer, lr=a.lr, min_lr=a.min_lr, weight_decay=a.weight_decay,
-            adam_beta1=a.adam_beta1, adam_beta2=a.adam_beta2, adam_eps=a.adam_eps, sgd_momentum=a.sgd_momentum,
-            clip_grad=a.clip_grad, bf16=a.bf16, fp16=False, params_dtype=self.config.params_dtype,
-            use_distributed_optimizer=self.use_distributed_optimizer,
-        )
-        optimizer_kernels.install()  # multi-tensor kernels instead of megatron's per-parameter loops
-        # megatron's extra gloo groups serve only the dp_zero checkpoint format, which we do not write
-        return get_megatron_optimizer(config, [self.model], use_gloo_process_groups=False)
-
-    def _build_scheduler(self):
-        """Megatron's OptimizerParamScheduler, counted in samples as slime counts it."""
-        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-
-        a = self.args
-        gbs = self.global_batch_size
-        if a.num_rollout:
-            train_iters = max(1, a.num_rollout * a.rollout_batch_size * a.n_samples_per_prompt // gbs)
-        else:  # --num-epoch: the run's length is known only to the data source
-            train_iters = a.lr_decay_iters or 1
-        decay_iters = a.lr_decay_iters or train_iters
-        if a.lr_warmup_fraction is not None:
-            warmup_steps = a.lr_warmup_fraction * decay_iters * gbs
-        else:
-            warmup_steps = a.lr_warmup_iters * gbs
-        wd = a.weight_decay
-        return OptimizerParamScheduler(
-            self.optimizer,
-            init_lr=a.lr_warmup_init,
-            max_lr=a.lr,
-            min_lr=a.min_lr,
-            lr_warmup_steps=warmup_steps,
-            lr_decay_steps=decay_iters * gbs,
-            lr_decay_style=a.lr_decay_style,
-            start_wd=a.start_weight_decay if a.start_weight_decay is not None else wd,
-            end_wd=a.end_weight_decay if a.end_weight_decay is not None else wd,
-            wd_incr_steps=train_iters * gbs,
-            wd_incr_style=a.weight_decay_incr_style,
-            use_checkpoint_opt_param_scheduler=True,
-            override_opt_param_scheduler=False,
-            wsd_decay_steps=a.lr_wsd_decay_iters * gbs if a.lr_wsd_decay_iters else None,
-            lr_wsd_decay_style=a.lr_wsd_decay_style,
-        )
-
     @property
     def global_batch_size(self) -> int:
         """Samples per optimizer step (slime_ref.arguments derives it from --num-steps-per-rollout)."""
@@ -252,26 +172,29 @@ class MegatronActor:
 
         Returns the first rollout id to run.
         """
-        a = self.args
-        initial, initial_flag = (a.ref_load, "--ref-load") if a.ref_load else (a.hf_checkpoint, "--hf-checkpoint")
+        args = self.args
+        if args.ref_load:
+            initial, initial_flag = args.ref_load, "--ref-load"
+        else:
+            initial, initial_flag = args.hf_checkpoint, "--hf-checkpoint"
         if with_ref:
             self._load_weights_from(initial, initial_flag)
             self.weights.backup("ref")
         # a --load directory with checkpoints but no usable tracker is refused, never trained over from scratch
-        resume = ckpt.find_checkpoint(a.load, a.ckpt_step) if a.load and Path(a.load).is_dir() else None
+        resume = ckpt.find_checkpoint(args.load, args.ckpt_step) if args.load and Path(args.load).is_dir() else None
         if resume is not None and resume.name != ckpt.RELEASE:
             loaded = ckpt.load_checkpoint(
                 resume, unwrap(self.model), self.optimizer, self.scheduler,
-                load_optimizer=not a.no_load_optim, load_rng=not a.no_load_rng, flag=f"--load {a.load}",
+                load_optimizer=not args.no_load_optim, load_rng=not args.no_load_rng, flag=f"--load {args.load}",
             )
             self.data_state = loaded.data_state
             return int(loaded.rollout_id) + 1
-        if resume is not None or (a.load and (Path(a.load) / "config.json").is_file()):
-            source = a.load  # a converted (release) checkpoint or an HF directory: fine-tune from it
+        if resume is not None or (args.load and (Path(args.load) / "config.json").is_file()):
+            source = args.load  # a converted (release) checkpoint or an HF directory: fine-tune from it
         else:
             source = initial  # --load names an empty save directory: a fresh run
         if not (with_ref and source == initial):
-            self._load_weights_from(source, "--load" if source == a.load else initial_flag)
+            self._load_weights_from(source, "--load" if source == args.load else initial_flag)
         self.optimizer.reload_model_params()
         return 0
 
@@ -442,17 +365,16 @@ class MegatronActor:
         return list(to_device(torch.cat(host), self.device).split([t.numel() for t in host]))
 
     def _schedule(self, rollout: dict) -> list[StepSchedule]:
-        a = self.args
         return schedule_rollout(
             [int(t.numel()) for t in rollout["tokens"]],
             rollout["loss_token_counts"],
             global_batch_size=self.global_batch_size,
             dp_rank=ps.get_data_parallel_rank(),
             dp_size=self.dp_size,
-            micro_batch_size=a.micro_batch_size,
-            use_dynamic_batch_size=a.use_dynamic_batch_size,
-            max_tokens_per_gpu=a.max_tokens_per_gpu,
-            workload=self._forward_flops if a.balance_data else None,
+            micro_batch_size=self.args.micro_batch_size,
+            use_dynamic_batch_size=self.args.use_dynamic_batch_size,
+            max_tokens_per_gpu=self.args.max_tokens_per_gpu,
+            workload=self._forward_flops if self.args.balance_data else None,
         )
 
     def _forward_flops(self, length: int) -> float:
@@ -476,7 +398,7 @@ class MegatronActor:
         passes run), ``perf/actor_train_time`` (the optimizer steps, which end by reading their
         metrics, so device work is included) and ``perf/actor_train_tok_per_s`` (this rank's tokens).
         """
-        a = self.args
+        args = self.args
         start = time.perf_counter()
         with self.phase("pack"):
             rollout = self._to_tensors(batch)
@@ -489,20 +411,20 @@ class MegatronActor:
             rollout["values"] = [None if values.get(i) is None else
                                  torch.as_tensor(values[i], dtype=torch.float32, device=self.device)
                                  for i in range(n)]
-        if a.loss_type == "policy_loss" and a.compute_advantages_and_returns:
+        if args.loss_type == "policy_loss" and args.compute_advantages_and_returns:
             self._prepare_policy_data(rollout, schedule, timers)
-        if getattr(a, "rollout_data_postprocess_path", None):
+        if getattr(args, "rollout_data_postprocess_path", None):
             # slime's hook point: this rank's rollout data, log-probs and advantages in, before training
-            postprocess = load_function(a.rollout_data_postprocess_path, "--rollout-data-postprocess-path")
-            postprocess(a, rollout_id, rollout)
+            postprocess = load_function(args.rollout_data_postprocess_path, "--rollout-data-postprocess-path")
+            postprocess(args, rollout_id, rollout)
         start = time.perf_counter()
         metrics = self._train_steps(rollout_id, rollout, schedule)
         timers["perf/actor_train_time"] = time.perf_counter() - start
         trained = sum(int(rollout["tokens"][i].numel()) for step in schedule for mb in step.micro_batches for i in mb)
         timers["perf/actor_train_tok_per_s"] = trained / max(timers["perf/actor_train_time"], 1e-9)
         metrics[-1].update(timers)
-        if a.save_debug_train_data:
-            save_debug_train_data(a.save_debug_train_data, rollout_id, torch.distributed.get_rank(), rollout)
+        if args.save_debug_train_data:
+            save_debug_train_data(args.save_debug_train_data, rollout_id, torch.distributed.get_rank(), rollout)
         return metrics
 
     def _train_steps(self, rollout_id: int, rollout: dict, schedule: list[StepSchedule]) -> list[dict[str, float]]:
@@ -519,7 +441,6 @@ class MegatronActor:
                       timers: dict[str, float]) -> tuple[list[dict[str, float]], dict[int, list[float]]]:
         """slime's ``train_critic``: old values, GAE returns, value-loss steps. Returns (each step's
         metrics, this rank's old values by sample index) -- the values feed the actor's advantages."""
-        a = self.args
         n = len(rollout["tokens"])
         start = time.perf_counter()
         old_values = self.compute_values(rollout, schedule)
@@ -528,7 +449,8 @@ class MegatronActor:
             mine = [i for step in schedule for mb in step.micro_batches for i in mb]
             rollout["values"] = _by_index(old_values, n)
             with self.phase("advantages"):
-                _, returns = advantages_and_returns(a, rollout, mine, process_group=ps.get_data_parallel_group())
+                _, returns = advantages_and_returns(self.args, rollout, mine,
+                                                    process_group=ps.get_data_parallel_group())
             rollout["returns"] = [None] * n
             for i, ret in zip(mine, returns):
                 rollout["returns"][i] = ret
@@ -540,15 +462,15 @@ class MegatronActor:
 
     def _prepare_policy_data(self, rollout: dict, schedule: list[StepSchedule], timers: dict[str, float]) -> None:
         """ref/old log-probs and advantages of this rank's samples, stored per sample in ``rollout``."""
-        a = self.args
+        args = self.args
         n = len(rollout["tokens"])
         if "ref" in self.weights.tags:
             start = time.perf_counter()
             rollout["ref_log_probs"] = _by_index(self.compute_log_probs(rollout, schedule, "ref"), n)
             timers["perf/ref_log_probs_time"] = time.perf_counter() - start
         # one on-policy step can take the old log-probs from its own (detached) training forward
-        reuse_training_forward = len(schedule) == 1 and a.kl_coef == 0 and a.advantage_estimator != "gspo"
-        if not a.use_rollout_logprobs and not reuse_training_forward:
+        reuse_training_forward = len(schedule) == 1 and args.kl_coef == 0 and args.advantage_estimator != "gspo"
+        if not args.use_rollout_logprobs and not reuse_training_forward:
             start = time.perf_counter()
             rollout["log_probs"] = _by_index(self.compute_log_probs(rollout, schedule, "actor"), n)
             timers["perf/log_probs_time"] = time.perf_counter() - start
@@ -557,7 +479,7 @@ class MegatronActor:
         mine = [i for step in schedule for mb in step.micro_batches for i in mb]
         with self.phase("advantages"):
             advantages, returns = advantages_and_returns(
-                a, rollout, mine, process_group=ps.get_data_parallel_group()
+                args, rollout, mine, process_group=ps.get_data_parallel_group()
             )
         rollout["advantages"], rollout["returns"] = [None] * n, [None] * n
         for i, adv, ret in zip(mine, advantages, returns):
@@ -566,18 +488,18 @@ class MegatronActor:
     def _train_step(self, rollout: dict, step: StepSchedule) -> dict[str, float]:
         from megatron.core.distributed import finalize_model_grads
 
-        a = self.args
+        args = self.args
         num_mb = len(step.micro_batches)
         scale = num_mb * self.dp_size  # undo megatron's 1/num_microbatches and DDP's 1/dp: partials add up
 
         def loss_fn(mb, logits):
             if self.role == "critic":  # logits are the value head's output
                 with self.phase("loss"):
-                    loss, metrics = value_micro_batch_loss(a, mb, self._response_values(mb, logits), step)
+                    loss, metrics = value_micro_batch_loss(args, mb, self._response_values(mb, logits), step)
                 return loss * scale, metrics
             log_probs, entropy = self._score(mb, logits)
             with self.phase("loss"):
-                loss, metrics = micro_batch_loss(a, mb, log_probs, entropy, step)
+                loss, metrics = micro_batch_loss(args, mb, log_probs, entropy, step)
             return loss * scale, metrics
 
         self.model.zero_grad_buffer()
@@ -635,13 +557,12 @@ class MegatronActor:
 
     def save(self, rollout_id: int, data_state: dict | None = None) -> Path:
         """Checkpoint after ``rollout_id`` (and ``--save-hf``); ``data_state`` is the data source's state."""
-        a = self.args
-        if not a.save:
+        if not self.args.save:
             raise UserError("saving needs --save DIR")
-        path = ckpt.save_checkpoint(a.save, rollout_id, unwrap(self.model), self.optimizer, self.scheduler,
-                                    data_state=data_state, save_optimizer=not a.no_save_optim)
-        if a.save_hf:
-            self.save_hf(a.save_hf.format(rollout_id=rollout_id))
+        path = ckpt.save_checkpoint(self.args.save, rollout_id, unwrap(self.model), self.optimizer, self.scheduler,
+                                    data_state=data_state, save_optimizer=not self.args.no_save_optim)
+        if self.args.save_hf:
+            self.save_hf(self.args.save_hf.format(rollout_id=rollout_id))
         return path
 
 
