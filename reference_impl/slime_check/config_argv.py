@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from slime_check.findings import CUSTOMIZATION, FAQ, QUICK_START, USAGE, Finding, Status, slime_doc
 from slime_check.launch_script import Origin, Word
-from slime_common.arg_rules import UNKNOWN, Unknown, known  # noqa: F401  (config's names for them)
+from slime_common.arg_rules import UNKNOWN, Unknown, broken_rules, known  # noqa: F401  (config's names)
 from slime_common.registry import KNOWN_SLIMES, Flag, Registry
 
 ARGS_DOC = slime_doc(QUICK_START, "training-script-and-parameter-overview")
@@ -176,8 +176,24 @@ class ConfigValues:
         self.cfg = cfg
 
     def __getitem__(self, flag: str):
-        return self.cfg.get(flag) if self.cfg.reg.lookup(flag) is not None else None
+        spec = self.cfg.reg.lookup(flag)
+        if spec is None:
+            return None
+        # a number flag with a word that is no number reads as unknown (config.value reports the word)
+        return self.cfg.number(flag) if spec.type in ("int", "float") and spec.nargs is None else self.cfg.get(flag)
 
     def where(self, flag: str) -> str:
         return self.cfg.where(flag)
 
+
+
+RULE_DOCS = {"args": ARGS_DOC, "batch": BATCH_DOC, "faq": FAQ_DOC, "grpo": GRPO_DOC}
+
+
+def rule_findings(cfg: Config, ids: tuple[str, ...] | None = None, skip: tuple[str, ...] = ()) -> list[Finding]:
+    """A FAIL finding for each rule of :data:`slime_common.arg_rules.RULES` the job breaks (only those
+    with an id in ``ids`` when given, none with an id in ``skip``)."""
+    values = ConfigValues(cfg)
+    return [Finding(rule.id, Status.FAIL, rule.message(values), rule.fix(values), RULE_DOCS[rule.doc])
+            for rule in broken_rules(values)
+            if (ids is None or rule.id in ids) and rule.id not in skip]

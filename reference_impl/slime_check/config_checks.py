@@ -11,8 +11,10 @@ from slime_check.config_argv import (
     Config,
     Given,
     known,
+    rule_findings,
 )
 from slime_check.findings import Finding, Status
+from slime_common.arg_rules import BATCH_FIX
 from slime_common.registry import KNOWN_SLIMES, load_registry
 
 # ---------------------------------------------------------------------------------------------
@@ -154,14 +156,11 @@ def check_batch(cfg: Config) -> list[Finding]:
     if not known(rbs, n) or gbs is UNKNOWN or steps is UNKNOWN:
         return [Finding(id_, Status.SKIP, "The batch sizes are not all known (symbolic values).")]
     samples = rbs * n
-    fix = ("Make rollout_batch_size x n_samples_per_prompt = global_batch_size x num_steps_per_rollout, "
-           "e.g. set only --num-steps-per-rollout and let slime compute --global-batch-size.")
+    broken = rule_findings(cfg, ids=(id_,))  # the rules slime-ref enforces too (slime_common.arg_rules)
+    if broken:
+        return broken[:1]
     if steps is not None:
         computed = samples // steps
-        if gbs is not None and gbs != computed:
-            return [Finding(id_, Status.FAIL, f"--global-batch-size {gbs}{cfg.where('--global-batch-size')} but "
-                            f"rollout_batch_size {rbs} x n_samples_per_prompt {n} // num_steps_per_rollout {steps} = "
-                            f"{computed}: slime's argument check stops the run.", fix, BATCH_DOC)]
         if samples % steps:
             return [
                 Finding(
@@ -169,30 +168,11 @@ def check_batch(cfg: Config) -> list[Finding]:
                     Status.WARN,
                     f"{rbs} x {n} = {samples} samples do not split into {steps} equal steps: "
                     f"each step takes {computed} and {samples - computed * steps} samples per rollout are dropped.",
-                    fix,
+                    BATCH_FIX,
                     BATCH_DOC,
                 )
             ]
         gbs = computed
-    if gbs is None:
-        return [Finding(id_, Status.FAIL, "Neither --global-batch-size nor --num-steps-per-rollout is set: Megatron "
-                        "then sets the global batch to micro_batch_size x data-parallel size, rarely what you want.",
-                        fix, BATCH_DOC)]
-    if gbs > samples:
-        return [
-            Finding(
-                id_,
-                Status.FAIL,
-                f"--global-batch-size {gbs} is larger than the {samples} samples a rollout "
-                f"makes ({rbs} x {n}): training stops with 'num_rollouts < global_batch_size'.",
-                fix,
-                BATCH_DOC,
-            )
-        ]
-    if samples % gbs:
-        return [Finding(id_, Status.FAIL, f"rollout_batch_size {rbs} x n_samples_per_prompt {n} = {samples} is not a "
-                        f"multiple of global_batch_size {gbs}: the last {samples % gbs} samples of every rollout are "
-                        "silently dropped.", fix, BATCH_DOC)]
     return [Finding(id_, Status.PASS, f"rollout_batch_size {rbs} x n_samples_per_prompt {n} = {samples} = "
                     f"global_batch_size {gbs} x {samples // gbs} step{'s' if samples // gbs > 1 else ''}.")]
 

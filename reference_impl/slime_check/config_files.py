@@ -4,11 +4,11 @@ config.json against MODEL_ARGS, the prompt data's keys, ``--eval-config``; and t
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from slime_check.config_argv import BATCH_DOC, DATA_DOC, DATA_ROWS, MODEL_DOC, UNKNOWN, Config, known
 from slime_check.findings import Finding, Status
+from slime_common.model_args import MODEL_ARGS, TIE_KEY, UNTIE_FLAG, hf_value, same_value, text_config
 
 # ---------------------------------------------------------------------------------------------
 # Files the config points at: HF config.json, prompt data
@@ -21,14 +21,6 @@ def _path(cfg: Config, name: str) -> Path | None:
         return None
     path = Path(value).expanduser()
     return path if path.exists() else None
-
-
-def _close(a, b) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
-    return a == b
 
 
 def check_hf_config(cfg: Config) -> list[Finding]:
@@ -44,38 +36,28 @@ def check_hf_config(cfg: Config) -> list[Finding]:
         hf = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError) as e:
         return [Finding(id_, Status.WARN, f"{folder}/config.json cannot be read: {e}.", "Check the file.", MODEL_DOC)]
-    hf = hf.get("text_config", hf) if isinstance(hf.get("text_config"), dict) else hf
-    rope = hf.get("rope_parameters") if isinstance(hf.get("rope_parameters"), dict) else {}
+    hf = text_config(hf)
     moe = any(k in hf for k in ("moe_intermediate_size", "num_experts", "n_routed_experts", "num_local_experts"))
     freq = cfg.get("--moe-layer-freq")
     dense_layers = not moe or freq is None or (isinstance(freq, str) and "0" in freq)
     gqa = cfg.get("--group-query-attention") is True
-    pairs = [
-        ("num_hidden_layers", "--num-layers", hf.get("num_hidden_layers")),
-        ("hidden_size", "--hidden-size", hf.get("hidden_size")),
-        ("num_attention_heads", "--num-attention-heads", hf.get("num_attention_heads")),
-        ("intermediate_size", "--ffn-hidden-size", hf.get("intermediate_size") if dense_layers else None),
-        ("moe_intermediate_size", "--moe-ffn-hidden-size", hf.get("moe_intermediate_size")),
-        (
-            "shared_expert_intermediate_size",
-            "--moe-shared-expert-intermediate-size",
-            hf.get("shared_expert_intermediate_size"),
-        ),
-        ("vocab_size", "--vocab-size", hf.get("vocab_size") if cfg.has("--vocab-size") else None),
-        ("rope_theta", "--rotary-base", rope.get("rope_theta", hf.get("rope_theta"))),
-        ("rms_norm_eps", "--norm-epsilon", hf.get("rms_norm_eps")),
-    ]
+    # compared below with their defaults: Megatron's, and the query groups only with GQA
+    special = ("--num-query-groups", "--kv-channels")
+    skipped = (*special, *(() if dense_layers else ("--ffn-hidden-size",)),
+               *(() if cfg.has("--vocab-size") else ("--vocab-size",)))
     mismatches, compared = [], 0
-    for hf_key, flag, expected in pairs:
+    for arg in MODEL_ARGS:
+        flag, hf_key = arg.flag, arg.hf_keys[-1]
+        expected = None if flag in skipped else hf_value(hf, flag)
         if expected is None:
             continue
         value = cfg.number(flag)
         if value is UNKNOWN:
             continue
         compared += 1
-        if value is None or not _close(value, expected):
+        if value is None or not same_value(value, expected):
             mismatches.append(f"{hf_key} {expected} vs {flag} {value}{cfg.where(flag)}")
-    kv = hf.get("num_key_value_heads")
+    kv = hf_value(hf, "--num-query-groups")
     heads = hf.get("num_attention_heads")
     if kv is not None and heads is not None:
         groups = cfg.number("--num-query-groups") if gqa else heads
@@ -84,7 +66,7 @@ def check_hf_config(cfg: Config) -> list[Finding]:
             if groups != kv:
                 what = f"--num-query-groups {groups}" if gqa else "no --group-query-attention"
                 mismatches.append(f"num_key_value_heads {kv} vs {what}")
-    head_dim = hf.get("head_dim")
+    head_dim = hf_value(hf, "--kv-channels")
     if head_dim is not None and cfg.get("--multi-latent-attention") is not True:
         # Megatron's --kv-channels defaults to hidden_size / heads; MLA sizes heads differently.
         channels = cfg.number("--kv-channels")
@@ -95,8 +77,8 @@ def check_hf_config(cfg: Config) -> list[Finding]:
             compared += 1
             if channels != head_dim:
                 mismatches.append(f"head_dim {head_dim} vs --kv-channels {channels}")
-    tie = hf.get("tie_word_embeddings")  # absent: the model class decides, so it is not compared
-    untie = cfg.get("--untie-embeddings-and-output-weights") is True
+    tie = hf.get(TIE_KEY)  # absent: the model class decides, so it is not compared
+    untie = cfg.get(UNTIE_FLAG) is True
     compared += tie is not None
     if tie is not None and tie == untie:
         untie_text = ("--untie-embeddings-and-output-weights" if untie

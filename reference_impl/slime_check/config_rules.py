@@ -14,16 +14,17 @@ from slime_check.config_argv import (
     ARGS_DOC,
     BATCH_DOC,
     DOTTED,
-    FAQ_DOC,
     GRPO_DOC,
     HOOK_DOC,
     PERF_DOC,
     UNKNOWN,
     Config,
     known,
+    rule_findings,
 )
 from slime_check.config_files import _path
 from slime_check.findings import Finding, Status, slime_doc
+from slime_common.arg_rules import RULES as ARG_RULES
 
 # ---------------------------------------------------------------------------------------------
 # slime_validate_args and FAQ rules
@@ -34,18 +35,7 @@ def check_kl(cfg: Config) -> list[Finding]:
     id_ = "config.kl"
     kl_coef, kl_loss_coef = cfg.number("--kl-coef"), cfg.number("--kl-loss-coef")
     use_kl_loss = cfg.get("--use-kl-loss") is True
-    out = []
-    if known(kl_coef, kl_loss_coef) and kl_coef != 0 and kl_loss_coef != 0:
-        out.append(
-            Finding(
-                id_,
-                Status.FAIL,
-                f"--kl-coef {kl_coef} and --kl-loss-coef {kl_loss_coef} are both non-zero: "
-                "slime allows only one KL (reward penalty or loss).",
-                "Set one of them to 0.",
-                GRPO_DOC,
-            )
-        )
+    out = rule_findings(cfg, ids=(id_,))  # the rules slime-ref enforces too (slime_common.arg_rules)
     needs_ref = use_kl_loss or (kl_coef is not UNKNOWN and kl_coef not in (None, 0))
     if needs_ref and not cfg.has("--ref-load"):
         why = "--use-kl-loss" if use_kl_loss else f"--kl-coef {kl_coef}"
@@ -76,48 +66,10 @@ def check_validate_args(cfg: Config) -> list[Finding]:
     """The remaining assertions of slime_validate_args (and slime's SGLang checks), one finding each
     when broken, one PASS line otherwise."""
     g, has, num = cfg.get, cfg.has, cfg.number
-    estimator = g("--advantage-estimator")
-    rbs, over = num("--rollout-batch-size"), num("--over-sampling-batch-size")
-    ctx, prompt = num("--rollout-max-context-len"), num("--rollout-max-prompt-len")
     pp, per_engine, dp = num("--sglang-pp-size"), num("--rollout-num-gpus-per-engine"), num("--sglang-dp-size")
     transport, mode = g("--update-weight-transport"), g("--update-weight-mode")
     opd_type = g("--opd-type")
     checks = [
-        _rule(
-            cfg,
-            "config.save",
-            has("--save-interval") and not has("--save"),
-            f"--save-interval{cfg.where('--save-interval')} without --save: slime stops at start-up.",
-            "Add --save DIR, or drop --save-interval.",
-            ARGS_DOC,
-        ),
-        _rule(
-            cfg,
-            "config.eval",
-            has("--eval-interval") and not (has("--eval-prompt-data") or has("--eval-config")),
-            f"--eval-interval{cfg.where('--eval-interval')} without --eval-prompt-data or --eval-config: slime stops "
-            "at start-up.",
-            "Add --eval-prompt-data NAME PATH, or drop --eval-interval.",
-            BATCH_DOC,
-        ),
-        _rule(
-            cfg,
-            "config.eval",
-            isinstance(g("--eval-prompt-data"), list)
-            and len(g("--eval-prompt-data")) > 1
-            and len(g("--eval-prompt-data")) % 2 == 1,
-            "--eval-prompt-data needs NAME PATH pairs; it has an odd number of words.",
-            "Give one flag with NAME PATH [NAME PATH ...].",
-            BATCH_DOC,
-        ),
-        _rule(
-            cfg,
-            "config.dynamic_batch",
-            g("--use-dynamic-batch-size") is True and not has("--max-tokens-per-gpu"),
-            "--use-dynamic-batch-size without --max-tokens-per-gpu: slime stops at start-up.",
-            "Add --max-tokens-per-gpu (start at rollout_max_response_len / context_parallel_size, FAQ 3).",
-            FAQ_DOC,
-        ),
         _rule(
             cfg,
             "config.dynamic_batch",
@@ -125,23 +77,6 @@ def check_validate_args(cfg: Config) -> list[Finding]:
             "--balance-by-flops needs --use-dynamic-batch-size.",
             "Add --use-dynamic-batch-size.",
             PERF_DOC,
-        ),
-        _rule(
-            cfg,
-            "config.advantage",
-            estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
-            and g("--normalize-advantages") is not True,
-            f"--advantage-estimator {estimator} needs --normalize-advantages.",
-            "Add --normalize-advantages.",
-            GRPO_DOC,
-        ),
-        _rule(
-            cfg,
-            "config.rollout_logprobs",
-            g("--use-rollout-logprobs") is True and g("--use-tis") is True,
-            "--use-rollout-logprobs and --use-tis cannot be combined.",
-            "Drop one of them.",
-            GRPO_DOC,
         ),
         _rule(
             cfg,
@@ -153,50 +88,10 @@ def check_validate_args(cfg: Config) -> list[Finding]:
         ),
         _rule(
             cfg,
-            "config.debug_modes",
-            g("--debug-rollout-only") is True and g("--debug-train-only") is True,
-            "--debug-rollout-only and --debug-train-only cannot both be set.",
-            "Keep one.",
-            ARGS_DOC,
-        ),
-        _rule(
-            cfg,
-            "config.over_sampling",
-            known(rbs, over) and over < rbs,
-            f"--over-sampling-batch-size {over} is below --rollout-batch-size {rbs}.",
-            "Make it at least the rollout batch size.",
-            BATCH_DOC,
-        ),
-        _rule(
-            cfg,
-            "config.num_rollout",
-            not has("--num-rollout") and not has("--num-epoch"),
-            "Neither --num-rollout nor --num-epoch is set: slime stops at start-up.",
-            "Add --num-rollout N.",
-            BATCH_DOC,
-        ),
-        _rule(
-            cfg,
-            "config.prompt_len",
-            known(ctx, prompt) and prompt > ctx - 1,
-            f"--rollout-max-prompt-len {prompt} leaves no room for a response in --rollout-max-context-len {ctx}.",
-            "Keep the prompt length below the context length.",
-            BATCH_DOC,
-        ),
-        _rule(
-            cfg,
             "config.param_filters",
             has("--only-train-params-name-list") and has("--freeze-params-name-list"),
             "--only-train-params-name-list and --freeze-params-name-list exclude each other.",
             "Keep one.",
-            ARGS_DOC,
-        ),
-        _rule(
-            cfg,
-            "config.weight_sync",
-            transport == "disk" and not has("--update-weight-disk-dir"),
-            "--update-weight-transport disk needs --update-weight-disk-dir (a directory trainer and engines share).",
-            "Add --update-weight-disk-dir.",
             ARGS_DOC,
         ),
         _rule(
@@ -274,11 +169,13 @@ def check_validate_args(cfg: Config) -> list[Finding]:
             slime_doc("docs/en/advanced/pd-disaggregation.md"),
         ),
     ]
-    broken = [c for c in checks if c is not None]
+    # the rules slime-ref enforces too come from slime_common.arg_rules; batch and KL ones have their own check
+    shared = rule_findings(cfg, skip=("config.batch_identity", "config.kl"))
+    broken = shared + [c for c in checks if c is not None]
     if broken:
         return broken
-    return [Finding("config.validate_args", Status.PASS, f"The other {len(checks)} rules of slime's argument checks "
-                                                         f"hold.")]
+    count = len(checks) + sum(rule.id not in ("config.batch_identity", "config.kl") for rule in ARG_RULES)
+    return [Finding("config.validate_args", Status.PASS, f"The other {count} rules of slime's argument checks hold.")]
 
 
 def check_hooks(cfg: Config) -> list[Finding]:
