@@ -45,14 +45,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
 
-from slime_ref.rollout.servers import (
-    RolloutServers,
-    sglang_cuda_graph_flags,
-    sglang_offline_gpu_flags,
-)
+from slime_ref.rollout.servers import RolloutServers
 from slime_ref.rollout.sglang_client import SGLangClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
+from sglang_recipes import sglang_cuda_graph_flags, sglang_offline_gpu_flags  # noqa: E402
+
 from shaped_model import QWEN3_0_6B_SHAPE  # noqa: E402
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH / "gpu"))
 
 import grpo_harness as h  # noqa: E402
 from engine_throughput import GPU_ATTENTION_BACKEND, attention_backend_missing, split_sglang_flags  # noqa: E402
@@ -166,7 +167,7 @@ def generate_rollout_ignore_eos(args, rollout_id, data_source, evaluation=False)
 
 def gpu_flags(model: Path, prompts: Path, out: Path, num_rollout: int, cuda_graph: bool = True,
               attention_backend: str = GPU_ATTENTION_BACKEND, sglang_flags: str = "") -> list[str]:
-    from slime_ref.rollout.servers import sglang_cuda_graph_flags, sglang_offline_gpu_flags
+    from sglang_recipes import sglang_cuda_graph_flags, sglang_offline_gpu_flags
 
     r = GPU_RECIPE
     return [

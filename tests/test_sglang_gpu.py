@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,14 +27,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from _engines import wait_in_flight
 from _reference import hf_logprobs, perturbed_model
 from _sglang_source import SGLANG_META_INFO_KEYS
-from slime_ref.rollout.servers import (
-    SGLANG_CUDA_GRAPH_FLAGS,
-    SGLANG_OFFLINE_GPU_FLAGS,
-    RolloutServers,
-)
+from slime_ref.rollout.servers import RolloutServers
 from slime_ref.rollout.sglang_client import SGLangClient
 from slime_ref.utils.net import allocate_port
 from slime_ref.weights import transfer as weight_transfer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+from sglang_recipes import SGLANG_CUDA_GRAPH_FLAGS, SGLANG_OFFLINE_GPU_FLAGS  # noqa: E402
 
 LONG = {"temperature": 1.0, "max_new_tokens": 400, "ignore_eos": True}
 

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
+from pathlib import Path
 
 import pytest
 
 from _engines import InProcessEngine
 from _sglang_source import SGLANG_META_INFO_KEYS, SGLANG_VERSION, fetch_wheel, parse_wheel
 from slime_ref.engine.sampling import SamplingParams
-from slime_ref.rollout.servers import SGLANG_CUDA_GRAPH_FLAGS, SGLANG_OFFLINE_GPU_FLAGS, RolloutServers
+from slime_ref.rollout.servers import RolloutServers
 from slime_ref.rollout.sglang_client import SAMPLING_PARAM_NAMES, EngineError, SGLangClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+from sglang_recipes import SGLANG_CUDA_GRAPH_FLAGS, SGLANG_OFFLINE_GPU_FLAGS  # noqa: E402
 
 # One call per public client method, with arguments that exercise every field it can send.
 CLIENT_CALLS = {

@@ -10,10 +10,11 @@ Flags pass through as slime passes them: ``--sglang-foo-bar V`` becomes the engi
 and ``--router-foo V`` the router's ``--foo V``. The launcher sets the model path, host, port, seed
 and GPU id itself and refuses those if passed through.
 
-Every child runs in its own process group (a new session). :meth:`RolloutServers.stop` (also run by
-the context manager on error or Ctrl-C, and at interpreter exit) sends SIGTERM to each group it
-created, then SIGKILL to what is left after a grace period; processes are never looked up by name.
-Each child's output goes to ``log_dir`` (``engine-<i>.log``, ``router.log``).
+Every child runs in its own process group (a new session, :mod:`slime_common.process_tree`) and gets
+SIGTERM when the process that started it dies. :meth:`RolloutServers.stop` (also run by the context
+manager on error or Ctrl-C, and at interpreter exit) sends SIGTERM to each group it created, then
+SIGKILL to what is left after a grace period; processes are never looked up by name. Each child's
+output goes to ``log_dir`` (``engine-<i>.log``, ``router.log``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slime_common.process_tree import signal_group, start_logged, stop_groups
 from slime_ref.errors import UserError
 from slime_ref.utils.net import SGLANG_DERIVED_PORT_OFFSETS, allocate_port, port_allocator
 
@@ -45,29 +47,6 @@ _LAUNCHER_OWNED = {"model-path", "host", "port", "random-seed", "base-gpu-id", "
 # SGLang flags the built-in engine implements (the rest only tune GPU execution and are dropped).
 _BUILTIN_FLAGS = {"context-length", "max-running-requests", "dtype", "weight-version", "skip-server-warmup"}
 _ROUTER_OWNED = {"host", "port", "worker-urls", "prometheus-port"}
-
-
-def sglang_offline_gpu_flags(attention_backend: str = "triton") -> list[str]:
-    """Real SGLang 0.5.15.post1 flags known to start on an offline H200 with the slim wheel set
-    (bench/gpu/build_sglang_wheelset.sh): triton attention and torch sampling need no FA3 kernels;
-    ``fa3`` needs the FA3 library of dev/offline-wheels/make_fa3_pieces.sh."""
-    return [
-        "--sglang-mem-fraction-static", "0.3", "--sglang-attention-backend", attention_backend,
-        "--sglang-sampling-backend", "pytorch", "--sglang-grammar-backend", "none",
-    ]
-
-
-SGLANG_OFFLINE_GPU_FLAGS = sglang_offline_gpu_flags()
-
-def sglang_cuda_graph_flags(enabled: bool = True, max_bs_decode: int = 256) -> list[str]:
-    """Decode with CUDA graphs for every batch size up to ``max_bs_decode`` (faster, ~30 s more
-    start-up; a decode batch larger than it runs eagerly), or without any graphs."""
-    if not enabled:
-        return ["--sglang-cuda-graph-backend-decode", "disabled", "--sglang-cuda-graph-backend-prefill", "disabled"]
-    return ["--sglang-cuda-graph-backend-prefill", "disabled", "--sglang-cuda-graph-max-bs-decode", str(max_bs_decode)]
-
-
-SGLANG_CUDA_GRAPH_FLAGS = {True: sglang_cuda_graph_flags(True), False: sglang_cuda_graph_flags(False)}
 
 
 def passthrough_flags(values: Sequence[str] | Mapping[str, Any], prefix: str) -> list[str]:
@@ -290,46 +269,18 @@ class RolloutServers:
 
     def kill_engine(self, index: int) -> None:
         """SIGKILL one engine's process group (one that failed, or in failure tests); it stays listed until stop()."""
-        _signal_group(self.engines[index], signal.SIGKILL)
+        signal_group(self.engines[index].pid, signal.SIGKILL)
         self.engines[index].popen.wait(timeout=10)
-
-
-def _signal_group(proc: ManagedProcess, sig: int) -> None:
-    # The child is the leader of a process group we created (start_new_session=True): pgid == pid.
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # ------------------------------------------------------------------------------------------------
 # processes: spawn with a log file, wait until ready, the router on its own
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the process that started us dies (Linux), so a
-    server never outlives a Ray actor or a run that was killed without a chance to clean up."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def spawn(name: str, command: list[str], log_dir: Path, env: Mapping[str, str]) -> ManagedProcess:
-    """Start ``command`` in its own process group, output to ``log_dir/<name>.log``."""
-    log_dir = Path(log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{name}.log"
-    log = open(log_path, "ab")
-    try:
-        log.write(f"$ {' '.join(command)}\n".encode())
-        log.flush()
-        popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=dict(env), start_new_session=True, preexec_fn=_die_with_parent)
-    finally:
-        log.close()  # the child holds its own copy of the descriptor
+    """Start ``command`` in its own process group, output to ``log_dir/<name>.log``; it dies with us."""
+    log_path = Path(log_dir) / f"{name}.log"
+    popen = start_logged(command, log_path, env=env, with_parent=True)
     logger.info("started %s (pid %d), log %s", name, popen.pid, log_path)
     return ManagedProcess(name=name, popen=popen, log_path=log_path)
 
@@ -350,18 +301,14 @@ def wait_ready(proc: ManagedProcess, url: str, deadline: float, ready) -> None:
 
 
 def stop_processes(procs: Sequence[ManagedProcess], grace_s: float = 10.0) -> None:
-    """SIGTERM each process group, then SIGKILL what is left after ``grace_s``."""
-    for proc in procs:
-        _signal_group(proc, signal.SIGTERM)
-    end = time.monotonic() + grace_s
-    for proc in procs:
-        try:
-            proc.popen.wait(timeout=max(0.1, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            logger.warning("%s (pid %d) ignored SIGTERM; killing it", proc.name, proc.pid)
-        _signal_group(proc, signal.SIGKILL)  # leftovers of the group (SGLang's scheduler processes)
-        if proc.alive():
-            proc.popen.wait(timeout=10)
+    """SIGTERM each process group, then SIGKILL what is left after ``grace_s`` (the leaders, and
+    leftovers of a group whose leader exited: SGLang's scheduler processes)."""
+    names = {proc.pid: proc.name for proc in procs}
+
+    def warn(popen: subprocess.Popen, sig: int) -> None:
+        logger.warning("%s (pid %d) ignored %s; killing it", names[popen.pid], popen.pid, signal.Signals(sig).name)
+
+    stop_groups([proc.popen for proc in procs], terminate_s=grace_s, on_ignored=warn)
 
 
 @dataclass
