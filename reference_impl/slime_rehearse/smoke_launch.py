@@ -7,13 +7,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from slime_common.process_tree import kill_recorded, start_in_session, stop_groups
 from slime_rehearse.smoke_assets import SMOKE_SITE
 from slime_rehearse.smoke_job import Job, SmokeOptions
 
@@ -32,8 +32,7 @@ class Launched:
     def __init__(self, cmd: list[str], env: dict, log_path: Path, cwd: str | None = None, echo=None):
         self.log_path = log_path
         self.echo = echo
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, cwd=cwd, start_new_session=True)
+        self.proc = start_in_session(cmd, stdout=subprocess.PIPE, env=env, cwd=cwd)
         self.seen: dict[int, float] = {}
         self.peak_rss = 0
         self.lines: queue.Queue = queue.Queue()
@@ -89,29 +88,11 @@ class Launched:
                 return self.proc.returncode, True
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """SIGINT to its group (it tears down what it started), then SIGKILL to whatever of its tree is left."""
-
+        """SIGINT to its group (it tears down what it started), then SIGKILL to whatever of its tree is left,
+        in its group or not (a process that started a session of its own, as Ray's do)."""
         self.snapshot()
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        from slime_ref.utils.reaper import reap
-
-        reap(self.seen)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
+        stop_groups([self.proc], interrupt_s=grace_s, terminate_s=None)
+        kill_recorded(self.seen)
         self._reader.join(timeout=5)
 
 

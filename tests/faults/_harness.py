@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from slime_ref.utils.reaper import reap
+from slime_common.process_tree import kill_recorded
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
@@ -103,7 +103,7 @@ class LaunchedRun:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        reap(self.seen)
+        kill_recorded(self.seen)
         self.proc.wait(timeout=30)
 
     def stderr(self) -> str:

@@ -24,6 +24,8 @@ import sys
 
 import psutil
 
+from slime_common.process_tree import kill_recorded
+
 DONE = b"done\n"
 SNAPSHOT_S = 1.0
 
@@ -58,20 +60,6 @@ def _record(driver: psutil.Process, seen: dict[int, float]) -> None:
                 continue
 
 
-def reap(seen: dict[int, float]) -> int:
-    """SIGKILL each recorded process that still runs; returns how many there were."""
-    killed = 0
-    for pid, created in seen.items():
-        try:
-            proc = psutil.Process(pid)
-            if proc.create_time() == created:
-                proc.kill()
-                killed += 1
-        except psutil.NoSuchProcess:
-            continue
-    return killed
-
-
 def main(driver_pid: int) -> None:
     try:
         driver = psutil.Process(driver_pid)
@@ -92,7 +80,7 @@ def main(driver_pid: int) -> None:
             if DONE in received:
                 return  # the run stopped everything itself
             if not chunk:  # the pipe closed: the driver is gone
-                reap(seen)
+                kill_recorded(seen)
                 return
 
 
