@@ -52,7 +52,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -62,6 +61,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "reference_impl"))  # the bench runs from a checkout, installed or not
+from slime_common.process_tree import start_in_session, stop_groups  # noqa: E402
+
 DEFAULT_MIRROR = Path("/work/.mirror/THUDM+slime/repo")
 INVENTORY = REPO / "reference_impl" / "slime_rehearse" / "compat" / "examples_v0.3.1.json"
 ENTRY = re.compile(r"\btrain(_async)?\.py\b")
@@ -614,22 +616,16 @@ def run_smoke(script: Path, slime_dir: Path, out: Path, env: dict[str, str], res
                                                               os.environ.get("PYTHONPATH")] if p)}
     start = time.perf_counter()
     with open(out.parent / "smoke.stdout", "wb") as stdout, open(out.parent / "smoke.stderr", "wb") as stderr:
-        proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, env=run_env,
-                                cwd=slime_dir, start_new_session=True)
+        proc = start_in_session(cmd, stdout=stdout, stderr=stderr, env=run_env, cwd=slime_dir)
         guarded = False
         try:
             proc.wait(timeout=timeout_s + GUARD_S)
         except subprocess.TimeoutExpired:
             guarded = True
-            proc.send_signal(signal.SIGINT)  # smoke stops exactly what it started on Ctrl-C
-            try:
-                proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            # Ctrl-C, as at a terminal: smoke stops exactly what it started; SIGKILL after 90 s
+            stop_groups([proc], interrupt_s=90, terminate_s=None)
         except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=90)
+            stop_groups([proc], interrupt_s=90, terminate_s=None)
             raise
     wall = time.perf_counter() - start
     text = (out.parent / "smoke.stdout").read_text(errors="replace")
