@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import ray
 
+from slime_common.process_tree import ended
+
 if TYPE_CHECKING:
     from slime_ref.ray.rollout_manager import RolloutManager
 
@@ -21,13 +23,7 @@ WATCH_POLL_S = 1.0  # how often the watch checks that the engine and router proc
 
 
 def _ended(returncode: int | None) -> str:
-    if returncode is None:
-        return "stopped answering"
-    if returncode < 0:
-        import signal
-
-        return f"was killed by {signal.Signals(-returncode).name}"
-    return f"exited with code {returncode}"
+    return "stopped answering" if returncode is None else ended(returncode)
 
 
 class ServerWatch:
