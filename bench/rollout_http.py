@@ -46,6 +46,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reference_impl"))
+from slime_common.process_tree import start_in_session, stop_groups  # noqa: E402
 
 
 def answer(prompt_tokens: int, new_tokens: int, seed: int) -> dict:
@@ -258,10 +259,12 @@ def main() -> None:
     tracked = len(gc.get_objects())
     port = allocate_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--prompts", str(args.prompts),
+    # the server shares this process's output (stdout and stderr as they are), and dies with it
+    server = start_in_session([sys.executable, __file__, "--serve", str(port), "--prompts", str(args.prompts),
                                "--new-tokens", str(args.new_tokens), "--prompt-tokens", str(args.prompt_tokens),
                                "--prompts-per-request", *map(str, args.prompts_per_request),
-                               *(["--build-answers"] if args.build_answers else [])])
+                               *(["--build-answers"] if args.build_answers else [])],
+                              stdout=None, stderr=None, with_parent=True)
     prompts = [[2 + (7 * i + j) % 30000 for j in range(args.prompt_tokens)] for i in range(args.prompts)]
     result = {"bench": "rollout_http", "prompts": args.prompts, "new_tokens": args.new_tokens,
               "prompt_tokens": args.prompt_tokens, "server_builds_answers": args.build_answers,
@@ -274,12 +277,7 @@ def main() -> None:
             result["by_prompts_per_request"][str(n)] = {
                 **{key: round(statistics.median(r[key] for r in each), 4) for key in each[0]}, "rounds": each}
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_groups([server], terminate_s=30)
     result["server_pid"] = server.pid
     result["parse_s"] = parse_times(args.prompt_tokens, args.new_tokens, args.prompts)
     print(json.dumps(result, indent=2))

@@ -38,13 +38,15 @@ def die_with_parent() -> None:
         pass
 
 
-def start_in_session(command: Sequence[str], *, stdout: IO | int, stderr: IO | int = subprocess.STDOUT,
+def start_in_session(command: Sequence[str], *, stdout: IO | int | None,
+                     stderr: IO | int | None = subprocess.STDOUT,
                      env: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
                      with_parent: bool = False) -> subprocess.Popen:
     """Start ``command`` in a session (and process group) of its own, with no standard input.
 
-    ``stdout``/``stderr`` are what :class:`subprocess.Popen` takes (a file, ``PIPE``; stderr defaults
-    to the same place as stdout). ``with_parent``: the child gets SIGTERM when this process dies."""
+    ``stdout``/``stderr`` are what :class:`subprocess.Popen` takes (a file, ``PIPE``, None for this
+    process's own; stderr defaults to the same place as stdout). ``with_parent``: the child gets
+    SIGTERM when this process dies."""
     return subprocess.Popen(list(command), stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
                             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
                             preexec_fn=die_with_parent if with_parent else None)
