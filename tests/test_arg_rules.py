@@ -80,8 +80,10 @@ def test_a_symbolic_value_skips_the_rules_that_compare_it():
             if f.status is Status.FAIL and f.id == "config.over_sampling"] == ["config.over_sampling"]
 
 
-def test_rule_ids_are_config_lint_ids_and_examples_differ():
+def test_rule_ids_are_config_lint_ids_flags_are_slime_flags_and_examples_differ():
     assert all(rule.id.startswith("config.") for rule in RULES)
+    reg = load_registry()
+    assert [f for rule in RULES for f in rule.flags if reg.lookup(f) is None] == []
     assert len({rule.example for rule in RULES}) == len(RULES)
 
 
