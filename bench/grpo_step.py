@@ -248,7 +248,7 @@ def run_gpu(workdir: Path, steps: int, trl_steps: int, trainers: list[str], dry_
                          "steps": steps, "trl_steps": trl_steps, "sglang_decode_cuda_graphs": cuda_graph,
                          "sglang_attention_backend": attention_backend, "sglang_flags": sglang_flags,
                          # generate_rollout_ignore_eos sends each group as one /generate
-                         # (tests/test_rollout_fn.py holds it to that)
+                         # (tests/slime_ref/test_rollout_fn.py holds it to that)
                          "rollout_prompts_per_request": GPU_RECIPE["samples_per_prompt"]},
               "reference": TRL_GPU_REFERENCE}
     if dry_run:

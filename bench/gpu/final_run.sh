@@ -59,8 +59,8 @@ for job in "$@"; do
           >/dev/null 2>"/tmp/final-run-$job.err" ;;
     g[0-9]*) python3 bench/grpo_step.py --gpu ${GRPO_FLAGS:-} --workdir "/tmp/final-run-$job" \
           >"$OUT/$job.json" 2>"/tmp/final-run-$job.err" ;;
-    tests) python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_megatron_gpu.py \
-             tests/test_sglang_gpu.py >"/tmp/final-run-$job.err" 2>&1 ;;
+    tests) python3 -m pytest -q -m gpu -p no:cacheprovider tests/slime_ref/test_megatron_gpu.py \
+             tests/slime_ref/test_sglang_gpu.py >"/tmp/final-run-$job.err" 2>&1 ;;
     xbatch) rollout --prompts-per-request 1 8 64 512 ;;
     # --sglang-flags=...: argparse would take a lone "--sglang-..." after --sglang-flags for an option
     xtok4) rollout "--sglang-flags=--sglang-tokenizer-worker-num 4" ;;

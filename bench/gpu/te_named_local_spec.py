@@ -12,7 +12,7 @@ TransformerEngine runs real slime unchanged:
 Attention is torch's: slime packs each micro-batch into one THD sequence, which Megatron's local
 ``DotProductAttention`` refuses, so the core attention here is causal SDPA per sequence, or torch's
 varlen flash attention on CUDA in 16 bits (slime-ref's own kernels, from ``slime_ref``: reference_impl/
-goes on PYTHONPATH too). Same math as the local spec (tests/test_bench_te_named_spec.py compares them).
+goes on PYTHONPATH too). Same math as the local spec (tests/bench/test_bench_te_named_spec.py compares them).
 """
 
 from __future__ import annotations

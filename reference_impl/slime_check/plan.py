@@ -3,7 +3,7 @@
 Pure arithmetic on the job's shapes and flags: no torch, no GPU. What is exact and what is an
 estimate is stated on every line of the report (``Item.kind``):
 
-exact (bytes, given the shapes and flags; checked against megatron-core in tests/test_plan_megatron.py)
+exact (bytes, given the shapes and flags; checked against megatron-core in tests/slime_check/test_plan_megatron.py)
   * parameters per GPU under Megatron's TP/PP/EP/expert-TP layout, the vocabulary padded to
     ``--make-vocab-size-divisible-by`` x TP; bf16 weights; the gradient buffer (fp32 with
     ``--accumulate-allreduce-grads-in-fp32``, else bf16); the distributed optimizer's fp32 master

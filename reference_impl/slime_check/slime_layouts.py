@@ -56,7 +56,7 @@ def _moved(name: str, backing: str | None = None) -> Module:
 
 
 # Checked against slime's source (git diff -M --name-status v0.3.1 624b824 -- slime) by
-# tests/test_compat_layouts.py; the listing is committed in tests/fixtures/slime_layouts/.
+# tests/slime_rehearse/test_compat_layouts.py; the listing is committed in tests/fixtures/slime_layouts/.
 MODULES: tuple[Module, ...] = (
     _moved("logging_utils"),
     _moved("metric_utils"),

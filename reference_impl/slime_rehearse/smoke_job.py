@@ -75,7 +75,7 @@ WRITES = {
     "--sglang-modelopt-export-path": "dir", "--sglang-spec-trace-dir": "dir", "--sglang-download-dir": "dir",
     "--object-storage-cache-path": "dir",
 }
-# Flags whose names look like output places but are not (tests/test_smoke.py checks the two lists
+# Flags whose names look like output places but are not (tests/slime_rehearse/test_smoke.py checks the two lists
 # cover every such flag of the registry).
 NOT_WRITTEN = {
     "--sglang-deepep-dispatcher-output-dtype": "a dtype",

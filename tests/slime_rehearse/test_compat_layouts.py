@@ -26,7 +26,7 @@ from slime_rehearse.compat import ROOT as COMPAT_ROOT
 from slime_rehearse.compat import TARGET_ENV, layout_findings, layouts
 from slime_rehearse.compat.layouts import MAIN, MODULES, V031, explain, explain_import_error
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "slime_layouts" / "modules.json"
 SLIME_GIT = Path(os.environ.get("SLIME_GIT_DIR", "/work/.mirror/THUDM+slime/repo"))
 COMMITS = {V031: "a6272da0d4f3d0a08520c99a2f3b4f6c887960dc", MAIN: "624b824a898ab0ec1fcb4d373004c7f3852bf515"}
@@ -130,7 +130,7 @@ def listing_from_git() -> str:
     """The fixture's text, from slime's source: every module of the slime package at each commit, and
     the parameters of slime's public trace helpers (the module the namespace serves under both names)."""
     out: dict = {"about": "slime's Python modules at each known slime, and the parameters of "
-                          "slime's trace helpers; written by tests/test_compat_layouts.py::listing_from_git"}
+                          "slime's trace helpers; written by tests/slime_rehearse/test_compat_layouts.py::listing_from_git"}
     trace_paths = {V031: "slime/utils/trace_utils.py", MAIN: "slime/observability/trace_utils.py"}
     for target, commit in COMMITS.items():
         names = set()

@@ -20,7 +20,7 @@ from slime_ref.engine.sampling import SamplingParams
 from slime_ref.rollout.servers import RolloutServers
 from slime_ref.rollout.sglang_client import SAMPLING_PARAM_NAMES, EngineError, SGLangClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
 from sglang_recipes import SGLANG_CUDA_GRAPH_FLAGS, SGLANG_OFFLINE_GPU_FLAGS  # noqa: E402
 
 # One call per public client method, with arguments that exercise every field it can send.

@@ -27,7 +27,7 @@ from slime_rehearse.smoke_job import (
 )
 from slime_rehearse.smoke_launch import run_env
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 JOBS = TESTS / "fixtures" / "smoke_jobs"
 REPO = TESTS.parent
 

@@ -32,7 +32,7 @@ from slime_ref.rollout.sglang_client import SGLangClient
 from slime_ref.utils.net import allocate_port
 from slime_ref.weights import transfer as weight_transfer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
 from sglang_recipes import SGLANG_CUDA_GRAPH_FLAGS, SGLANG_OFFLINE_GPU_FLAGS  # noqa: E402
 
 LONG = {"temperature": 1.0, "max_new_tokens": 400, "ignore_eos": True}

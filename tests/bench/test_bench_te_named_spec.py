@@ -15,7 +15,7 @@ import torch
 
 from megatron_workers import run_workers, te_named_spec_worker
 
-SPEC_DIR = Path(__file__).resolve().parents[1] / "bench" / "gpu"
+SPEC_DIR = Path(__file__).resolve().parents[2] / "bench" / "gpu"
 
 
 def test_te_named_spec_has_slimes_names_and_the_local_specs_math():

@@ -29,7 +29,7 @@ from slime_rehearse.smoke_verdict import (
     verdict,
 )
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 
 

@@ -17,7 +17,7 @@ from slime_check import slime_identity
 from slime_check.findings import Status
 from slime_check.slime_identity import MAIN, V031, identify, image_source, read_checkout
 
-MAIN_SOURCES = Path(__file__).parent / "fixtures" / "slime_sources" / "main-624b824"  # slime 624b824's files
+MAIN_SOURCES = Path(__file__).parents[1] / "fixtures" / "slime_sources" / "main-624b824"  # slime 624b824's files
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

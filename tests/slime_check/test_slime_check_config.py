@@ -13,11 +13,11 @@ from slime_check.config_lint import lint_argv, lint_script
 from slime_check.findings import Status
 from slime_check.launch_script import Origin, Word
 
-SCRIPTS = Path(__file__).parent / "fixtures" / "slime_scripts"
+SCRIPTS = Path(__file__).parents[1] / "fixtures" / "slime_scripts"
 COLOCATE = SCRIPTS / "scripts" / "run-tiny-colocate.sh"
 ASYNC = SCRIPTS / "run-tiny-async.sh"
 SEEDED = SCRIPTS / "run-tiny-seeded.sh"
-H200 = Path(__file__).parent / "fixtures" / "env" / "h200x1" / "capture.txt"
+H200 = Path(__file__).parents[1] / "fixtures" / "env" / "h200x1" / "capture.txt"
 
 TINY_HF_CONFIG = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 128,

@@ -16,7 +16,7 @@ from slime_ref.utils.hooks import SLIME_BUILTINS, load_function
 from slime_rehearse.compat import ROOT as COMPAT_ROOT
 from slime_rehearse.compat import TARGET_ENV
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMPAT_MODULES = sorted(
     ".".join(path.relative_to(COMPAT_ROOT).with_suffix("").parts).removesuffix(".__init__")
     for path in (COMPAT_ROOT / "slime").rglob("*.py"))

@@ -21,8 +21,8 @@ from slime_check.tools import registry_derivation, upstream_sources
 from slime_common.errors import UserError
 from slime_common.registry import KNOWN_SLIMES, NEWEST_KNOWN, load_registry, registry_data
 
-ROOT = Path(__file__).resolve().parents[1]
-SOURCES = Path(__file__).parent / "fixtures" / "slime_sources"
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = Path(__file__).parents[1] / "fixtures" / "slime_sources"
 DATA = ROOT / "reference_impl" / "slime_common" / "data"
 V031_COMMIT = "a6272da0d4f3d0a08520c99a2f3b4f6c887960dc"
 MAIN_COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"

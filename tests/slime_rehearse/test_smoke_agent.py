@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 JOBS = TESTS / "fixtures" / "smoke_jobs"
 REPO = TESTS.parent
 CLI = [sys.executable, "-c", "from slime_rehearse.cli import main; main()"]

@@ -138,7 +138,7 @@ def test_the_gpu_benchs_rollout_forces_full_lengths_one_request_a_group(tiny, se
     (as TRL's min_new_tokens), and a group still goes as one request, as a user's default rollout."""
     from pathlib import Path
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "bench"))
     import grpo_step
 
     monkeypatch.setattr(sglang_rollout, "_STATE", None)  # the state is made here, outside the rollout's loop

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-TOOL = Path(__file__).resolve().parent.parent / "bench" / "gpu" / "wheeltools.py"
+TOOL = Path(__file__).resolve().parents[2] / "bench" / "gpu" / "wheeltools.py"
 FILES = {"pkg/__init__.py": b"VALUE = 1\n", "pkg/engine.py": b"def run():\n    return 'old'\n",
          "pkg/big.so": b"\0" * 64}
 

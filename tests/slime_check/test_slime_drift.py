@@ -19,7 +19,7 @@ from slime_check.launch_script import Origin, Word
 from slime_rehearse.smoke_job import Job
 from slime_rehearse.smoke_verdict import drift_rehearsal
 
-MAIN_SOURCES = Path(__file__).parent / "fixtures" / "slime_sources" / "main-624b824"  # slime 624b824's files
+MAIN_SOURCES = Path(__file__).parents[1] / "fixtures" / "slime_sources" / "main-624b824"  # slime 624b824's files
 BASE = ["--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--global-batch-size", "8", "--num-rollout", "1",
         "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "2", "--colocate"]
 MAIN_ONLY = ["--freeze-indexer", "--ci-train-rollout-logprob-abs-diff-threshold", "0.1"]  # slime #2262 and later
@@ -196,7 +196,7 @@ def test_config_without_a_slime_judges_the_newest_and_says_so(tmp_path):
     assert head["id"] == "slime.version" and head["status"] == "WARN" and "Nothing identifies" in head["finding"]
 
 
-SMOKE_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "smoke"
+SMOKE_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "smoke"
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from slime_check.findings import Status
 from slime_check.prereqs import CHECKS, Options, run_prereqs
 from slime_check.probes import CaptureProbe, LiveProbe, Output, parse_capture, read_text_file, run_command
 
-H200 = Path(__file__).parent / "fixtures" / "env" / "h200x1" / "capture.txt"
+H200 = Path(__file__).parents[1] / "fixtures" / "env" / "h200x1" / "capture.txt"
 
 
 def capture_text(sections: dict[str, Output]) -> str:
@@ -345,7 +345,7 @@ def test_nvsmi_csv_and_table_parsers_agree_with_xml():
 
 def test_h200x2_capture_written_by_slime_check_capture():
     """A capture `slime-check capture` wrote on a 2x H200 machine with the SGLang stack installed."""
-    capture = Path(__file__).parent / "fixtures" / "env" / "h200x2" / "capture.txt"
+    capture = Path(__file__).parents[1] / "fixtures" / "env" / "h200x2" / "capture.txt"
     findings = by_id(run_prereqs(CaptureProbe(capture)))
     assert findings["gpu.count"].status is Status.PASS and "2x NVIDIA H200" in findings["gpu.count"].finding
     topology = findings["gpu.topology"]

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from megatron_workers import load_and_score_worker, resume_worker, run_workers
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 ARGV = ["--global-batch-size", "4", "--micro-batch-size", "1", "--lr", "1e-3", "--lr-warmup-iters", "2",
         "--lr-decay-style", "cosine", "--lr-decay-iters", "8", "--attention-dropout", "0.1", "--hidden-dropout", "0.1"]
 CRASH_AT = 2

@@ -12,7 +12,7 @@ a launch snippet, its pitfalls and slime's own page. Here:
 * the behaviour the pages describe is pinned to slime v0.3.1's lines (excerpts under
   tests/fixtures/slime_coverage, refreshed by its refresh.py);
 * every slime flag is named somewhere in the skill or listed, with a reason, in
-  flags-not-covered.md. ``python tests/test_skill_coverage.py`` prints that report.
+  flags-not-covered.md. ``python tests/skill/test_skill_coverage.py`` prints that report.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from skill_docs import REPO, _strip_comments, all_uses  # noqa: E402
 
 REFERENCES = REPO / "skill" / "references"
 TEMPLATES = REPO / "skill" / "templates"
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXCERPTS = FIXTURES / "slime_coverage" / "v0.3.1"
 SLIME_SCRIPTS = FIXTURES / "slime_sources" / "scripts"
 SLIME_FILES = set((FIXTURES / "slime_coverage" / "v0.3.1-files.txt").read_text().split())

@@ -9,7 +9,7 @@ import pytest
 from slime_check.launch_script import ScriptError, read_script
 from slime_check.shell_expansion import arithmetic
 
-SCRIPTS = Path(__file__).parent / "fixtures" / "slime_scripts"
+SCRIPTS = Path(__file__).parents[1] / "fixtures" / "slime_scripts"
 
 
 def argv_of(path, **kw) -> list[str]:

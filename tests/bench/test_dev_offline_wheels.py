@@ -20,7 +20,7 @@ import pytest
 
 from _final_run import run_recorded
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEV = REPO / "dev" / "offline-wheels"
 INSTALL_PIECES = DEV / "install_pieces.sh"
 FILES = {"pkg/__init__.py": b"VALUE = 1\n", "pkg/engine.py": b"def run():\n    return 'old'\n"}

@@ -12,7 +12,7 @@ import pytest
 from slime_ref.arguments import parse_args
 from slime_ref.utils.hooks import load_function
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
 
@@ -517,7 +517,7 @@ def test_speed_targets_say_how_the_rollout_sent_its_prompts(tmp_path):
 
 
 def test_speed_targets_say_how_the_grpo_steps_rollout_sent_its_prompts(tmp_path):
-    """grpo_step.py --gpu's recipe says a group goes as one request (tests/test_rollout_fn.py holds the
+    """grpo_step.py --gpu's recipe says a group goes as one request (tests/slime_ref/test_rollout_fn.py holds the
     rollout to it); its files from before that sent each sample alone and count as one a request."""
     import grpo_step
     import speed_targets
@@ -594,7 +594,7 @@ def test_final_run_runs_each_job_as_its_bench_with_the_order_alternated(tmp_path
     assert rollout in calls[2] and "--sglang-flags" not in calls[2]
     assert "--prompts-per-request 8 --work-dir" in calls[2]  # the GRPO rollout's form: a group a request
     assert "--gpu --workdir /tmp/final-run-g1" in calls[3]
-    assert calls[4].startswith("-m pytest -q -m gpu") and "tests/test_sglang_gpu.py" in calls[4]
+    assert calls[4].startswith("-m pytest -q -m gpu") and "tests/slime_ref/test_sglang_gpu.py" in calls[4]
     assert calls[5].endswith("--prompts-per-request 1 8 --rollout-imports")
     assert calls[6].endswith("--prompts-per-request 1 8 --rollout-imports --freeze-gc")
     # the edge settings: the rollout bench with one change each, at one prompt a request

@@ -34,7 +34,7 @@ from slime_ref.utils.hooks import SLIME_BUILTINS, load_function
 from slime_rehearse.compat import ROOT as COMPAT_ROOT
 from slime_rehearse.compat import TARGET_ENV
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 INVENTORY_PATH = REPO / "reference_impl" / "slime_rehearse" / "compat" / "examples_v0.3.1.json"
 INVENTORY = json.loads(INVENTORY_PATH.read_text())
 NAMES = INVENTORY["names"]
@@ -49,7 +49,7 @@ TAG = "v0.3.1"
 
 def _compat_env(*extra_paths) -> dict:
     """The PYTHONPATH a smoke run without slime gets: the compat `slime` first, then slime-ref; the
-    target is v0.3.1, whose examples these are (tests/test_compat_layouts.py covers main's layout)."""
+    target is v0.3.1, whose examples these are (tests/slime_rehearse/test_compat_layouts.py covers main's layout)."""
     path = [*map(str, extra_paths), str(COMPAT_ROOT), str(REPO / "reference_impl")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(path), TARGET_ENV: TAG}
 

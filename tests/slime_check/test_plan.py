@@ -19,7 +19,7 @@ from slime_check import plan_job as J
 from slime_check import plan_rollout as R
 from slime_check.plan_inputs import card_from
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "tests/fixtures/slime_sources/scripts"
 ENV_CAPTURE = REPO / "tests/fixtures/env/h200x1/capture.txt"
 

@@ -22,7 +22,7 @@ from slime_check.findings import Status
 from slime_check.log_signatures import scan
 from slime_rehearse.smoke_job import Job, SmokeOptions, last, shrink, split_flags
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 FIXTURES = TESTS / "fixtures" / "smoke"
 REPO = TESTS.parent
 CLI = [sys.executable, "-c", "from slime_rehearse.cli import main; main()"]
@@ -150,7 +150,7 @@ def test_one_oom_is_reported_once_by_its_most_specific_signature():
     assert found == ["smoke.log.cuda_graph"]
 
 
-REAL_LOGS = Path(__file__).parent / "fixtures" / "slime_logs"
+REAL_LOGS = Path(__file__).parents[1] / "fixtures" / "slime_logs"
 
 
 @pytest.mark.parametrize(("log", "expected"), [("h200-numpy2", "smoke.log.numpy2"),
