@@ -267,7 +267,7 @@ def add_rollout_function_arguments(parser: argparse.ArgumentParser) -> argparse.
     group.add_argument("--router-policy", type=str, default="round_robin",
                        choices=["random", "round_robin", "cache_aware", "power_of_two"],
                        help="sglang-router load-balancing policy.")
-    # slime's fault tolerance (RolloutHealthMonitor); slime's defaults. The watch (ray/rollout_manager.py)
+    # slime's fault tolerance (RolloutHealthMonitor); slime's defaults. The watch (ray/server_watch.py)
     # also checks engines without --use-fault-tolerance, and then ends the run instead of hanging.
     group.add_argument("--use-fault-tolerance", action="store_true", default=False,
                        help="Restart a rollout engine that dies or stops answering /health_generate: the rollout "

@@ -297,7 +297,6 @@ _NO_DROPOUT = ["--attention-dropout", "0", "--hidden-dropout", "0"]
 
 @pytest.mark.parametrize("argv, message", [
     (["--fp16"], "--fp16"), (["--sequence-parallel"], "--sequence-parallel"),
-    (["--use-dynamic-batch-size"], "--max-tokens-per-gpu"),
     (["--cuda-graph-impl", "transformer_engine"], "TransformerEngine.*--cuda-graph-scope full_iteration"),
     (["--cuda-graph-impl", "local"] + _NO_DROPOUT, "pass --cuda-graph-scope full_iteration"),
     (_GRAPHS[:4] + _NO_DROPOUT, "needs --no-check-for-nan-in-loss-and-grad"),

@@ -133,8 +133,7 @@ def validate_megatron_args(args) -> None:
         raise UserError("--context-parallel-size must be 1 (context parallelism is not supported)")
     if getattr(args, "loss_type", "policy_loss") == "custom_loss":
         raise UserError("--loss-type custom_loss is not supported by slime-ref; use policy_loss or sft_loss")
-    if args.use_dynamic_batch_size and not args.max_tokens_per_gpu:
-        raise UserError("--use-dynamic-batch-size needs --max-tokens-per-gpu")
+    # --use-dynamic-batch-size without --max-tokens-per-gpu is a rule of slime_common.arg_rules, checked at parse time
     _validate_cuda_graph_args(args)
     for flag in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "micro_batch_size"):
         if getattr(args, flag) < 1:
