@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from _lint_inputs import TINY_HF_CONFIG, words
 from slime_check.config_lint import lint_argv, lint_script
 from slime_check.findings import Status
-from slime_check.launch_script import Origin, Word
 
 SCRIPTS = Path(__file__).parents[1] / "fixtures" / "slime_scripts"
 COLOCATE = SCRIPTS / "scripts" / "run-tiny-colocate.sh"
@@ -19,15 +19,6 @@ ASYNC = SCRIPTS / "run-tiny-async.sh"
 SEEDED = SCRIPTS / "run-tiny-seeded.sh"
 H200 = Path(__file__).parents[1] / "fixtures" / "env" / "h200x1" / "capture.txt"
 
-TINY_HF_CONFIG = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 128,
-    "intermediate_size": 384, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 128,
-    "rope_theta": 1000000, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-}
-
-
-def words(*args: str) -> list[Word]:
-    return [Word([a], Origin("argv", i + 1)) for i, a in enumerate(args)]
 
 
 def statuses(findings, id_) -> list[Status]:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from _lint_inputs import TINY_HF_CONFIG, words
 from slime_check.config_argv import Config, ConfigValues, parse_argv
 from slime_check.config_lint import lint_argv
 from slime_check.findings import Status
@@ -17,16 +18,6 @@ from slime_common.model_args import MODEL_ARGS, hf_value, text_config
 from slime_common.registry import load_registry
 from slime_ref.arguments import build_parser, parse_args
 from slime_ref.errors import UserError
-
-TINY_HF_CONFIG = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 128,
-    "intermediate_size": 384, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 128,
-    "rope_theta": 1000000, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-}
-
-
-def words(*args: str) -> list[Word]:
-    return [Word([a], Origin("argv", i + 1)) for i, a in enumerate(args)]
 
 
 def lint_values(argv) -> ConfigValues:

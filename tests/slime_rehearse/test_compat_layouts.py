@@ -130,7 +130,8 @@ def listing_from_git() -> str:
     """The fixture's text, from slime's source: every module of the slime package at each commit, and
     the parameters of slime's public trace helpers (the module the namespace serves under both names)."""
     out: dict = {"about": "slime's Python modules at each known slime, and the parameters of "
-                          "slime's trace helpers; written by tests/slime_rehearse/test_compat_layouts.py::listing_from_git"}
+                          "slime's trace helpers; written by "
+                          "tests/slime_rehearse/test_compat_layouts.py::listing_from_git"}
     trace_paths = {V031: "slime/utils/trace_utils.py", MAIN: "slime/observability/trace_utils.py"}
     for target, commit in COMMITS.items():
         names = set()
