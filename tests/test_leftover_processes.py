@@ -5,6 +5,7 @@ resource tracker, torch.compile's worker pool) end with that process and are not
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -38,8 +39,9 @@ def test_starts_the_compile_worker_pool_of_the_test_process():
 def test_a_process_left_behind_is_named_with_its_test_and_stopped(tmp_path):
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
     (tmp_path / "test_inner.py").write_text(INNER_TESTS)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}  # the inner session's output as asserted
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     out = result.stdout
     assert result.returncode == 0, out + result.stderr  # reported, not failed
     assert "1 process(es) left behind by the tests, now killed" in out, out
