@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from pathlib import Path
 
 # Before anything imports transformers or ray: never reach a hub, keep Ray on 127.0.0.1, no telemetry.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -29,21 +30,33 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def _module(item) -> str:
+    """A test's file as a path below tests/ ("slime_ref/test_types.py")."""
+    return item.path.relative_to(TESTS_DIR).as_posix()
+
+
 # -- the fast tier ---------------------------------------------------------------------------------
 # `pytest -m fast`: math, flags, lint, rewards, findings; no process, no server, no Ray, no engine, no
 # Megatron rank. These modules are in it, less the tests named in NOT_FAST. A fast test that starts
 # any of those fails (see _Guard), so the tier stays fast as tests are added.
-FAST_MODULES = {
-    "test_algo_advantages.py", "test_algo_kl.py", "test_algo_losses.py", "test_arguments.py", "test_assets.py",
-    "test_hook_check.py", "test_readme_install.py", "test_skill_claims.py", "test_skill_coverage.py",
-    "test_bench_results_table.py", "test_plan.py",
-    "test_bench_decode_roofline.py", "test_ci_skips.py", "test_compat_layouts.py", "test_data_source.py",
-    "test_eval_config.py", "test_fileio.py", "test_flag_registries.py", "test_gc_settings.py",
-    "test_outside_services.py", "test_package_imports.py", "test_ports.py", "test_rewards.py",
-    "test_rollout_filters_guard.py", "test_rollout_list_generate.py", "test_rollout_metrics.py",
-    "test_skill_hook_signatures.py", "test_slime_check_config.py", "test_slime_check_launch_script.py",
-    "test_slime_check_prereqs.py", "test_slime_check_registry.py", "test_slime_drift.py", "test_smoke.py",
-    "test_smoke_jobs.py", "test_smoke_verdict.py", "test_tracking.py", "test_types.py",
+FAST_MODULES = {  # paths below tests/
+    "bench/test_bench_decode_roofline.py", "bench/test_bench_results_table.py", "skill/test_skill_claims.py",
+    "skill/test_skill_coverage.py", "skill/test_skill_hook_signatures.py", "slime_check/test_eval_config.py",
+    "slime_check/test_flag_registries.py", "slime_check/test_hook_check.py", "slime_check/test_outside_services.py",
+    "slime_check/test_plan.py", "slime_check/test_slime_check_config.py",
+    "slime_check/test_slime_check_launch_script.py", "slime_check/test_slime_check_prereqs.py",
+    "slime_check/test_slime_check_registry.py", "slime_check/test_slime_drift.py", "slime_common/test_arg_rules.py",
+    "slime_common/test_fileio.py", "slime_ref/test_algo_advantages.py", "slime_ref/test_algo_kl.py",
+    "slime_ref/test_algo_losses.py", "slime_ref/test_arguments.py", "slime_ref/test_assets.py",
+    "slime_ref/test_data_source.py", "slime_ref/test_gc_settings.py", "slime_ref/test_ports.py",
+    "slime_ref/test_rewards.py", "slime_ref/test_rollout_filters_guard.py",
+    "slime_ref/test_rollout_list_generate.py", "slime_ref/test_rollout_metrics.py", "slime_ref/test_tracking.py",
+    "slime_ref/test_types.py", "slime_rehearse/test_compat_layouts.py", "slime_rehearse/test_smoke.py",
+    "slime_rehearse/test_smoke_jobs.py", "slime_rehearse/test_smoke_verdict.py", "test_ci_skips.py",
+    "test_module_sizes.py", "test_package_imports.py", "test_readme_install.py",
 }
 NOT_FAST = {  # tests in FAST_MODULES that start a process or a server (the guard says so)
     "tests/slime_ref/test_arguments.py::test_parsing_flags_does_not_import_torch",
@@ -145,9 +158,38 @@ class _Guard:
         self.saved.clear()
 
 
+# -- the order of the whole suite on several workers ---------------------------------------------
+# README's command runs the suite on two workers, a file at a time (`-n 2 --dist loadfile`). A worker
+# that starts the longest run last finishes alone, so files are handed out longest first: the seconds
+# each of these took in a measured run of the suite on 2 cores (an order, not a limit: a stale figure
+# only makes the two workers finish further apart). Files not listed follow, in collection order.
+FILE_SECONDS = {
+    "faults/test_job_faults.py": 452, "slime_rehearse/test_quickstart.py": 344, "slime_rehearse/test_smoke.py": 269,
+    "slime_ref/test_train_ppo.py": 219, "slime_rehearse/test_first_hour.py": 190, "faults/test_server_faults.py": 189,
+    "slime_ref/test_train_e2e.py": 179, "slime_ref/test_megatron_checkpoint.py": 122,
+    "skill/test_skill_examples.py": 100, "faults/test_checkpoint_faults.py": 95,
+    "slime_rehearse/test_smoke_agent.py": 94, "slime_ref/test_megatron_parallel.py": 82,
+    "slime_check/test_slime_drift.py": 57, "bench/test_bench_recipes.py": 32, "skill/test_skill_hermes.py": 29,
+    "slime_check/test_plan_megatron.py": 26, "slime_ref/test_megatron_units.py": 24,
+    "slime_rehearse/test_smoke_jobs.py": 21, "test_leftover_processes.py": 20,
+    "slime_ref/test_megatron_architectures.py": 20, "slime_ref/test_ports.py": 19,
+}
+
+
+def pytest_configure(config):
+    # pytest-xdist would queue files by their number of tests; keep the order given below instead
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def _longest_first(items) -> None:
+    items.sort(key=lambda item: -FILE_SECONDS.get(_module(item), 0))  # stable: a file's tests keep their order
+
+
 def pytest_collection_modifyitems(config, items):
+    _longest_first(items)
     for item in items:
-        if item.path.name in FAST_MODULES and item.nodeid not in NOT_FAST and "slow" not in item.keywords:
+        if _module(item) in FAST_MODULES and item.nodeid not in NOT_FAST and "slow" not in item.keywords:
             item.add_marker(pytest.mark.fast)
     if _cuda_available():
         return
