@@ -158,36 +158,7 @@ class _Guard:
         self.saved.clear()
 
 
-# -- the order of the whole suite on several workers ---------------------------------------------
-# README's command runs the suite on two workers, a file at a time (`-n 2 --dist loadfile`). A worker
-# that starts the longest run last finishes alone, so files are handed out longest first: the seconds
-# each of these took in a measured run of the suite on 2 cores (an order, not a limit: a stale figure
-# only makes the two workers finish further apart). Files not listed follow, in collection order.
-FILE_SECONDS = {
-    "faults/test_job_faults.py": 452, "slime_rehearse/test_quickstart.py": 344, "slime_rehearse/test_smoke.py": 269,
-    "slime_ref/test_train_ppo.py": 219, "slime_rehearse/test_first_hour.py": 190, "faults/test_server_faults.py": 189,
-    "slime_ref/test_train_e2e.py": 179, "slime_ref/test_megatron_checkpoint.py": 122,
-    "skill/test_skill_examples.py": 100, "faults/test_checkpoint_faults.py": 95,
-    "slime_rehearse/test_smoke_agent.py": 94, "slime_ref/test_megatron_parallel.py": 82,
-    "slime_check/test_slime_drift.py": 57, "bench/test_bench_recipes.py": 32, "skill/test_skill_hermes.py": 29,
-    "slime_check/test_plan_megatron.py": 26, "slime_ref/test_megatron_units.py": 24,
-    "slime_rehearse/test_smoke_jobs.py": 21, "test_leftover_processes.py": 20,
-    "slime_ref/test_megatron_architectures.py": 20, "slime_ref/test_ports.py": 19,
-}
-
-
-def pytest_configure(config):
-    # pytest-xdist would queue files by their number of tests; keep the order given below instead
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
-def _longest_first(items) -> None:
-    items.sort(key=lambda item: -FILE_SECONDS.get(_module(item), 0))  # stable: a file's tests keep their order
-
-
 def pytest_collection_modifyitems(config, items):
-    _longest_first(items)
     for item in items:
         if _module(item) in FAST_MODULES and item.nodeid not in NOT_FAST and "slow" not in item.keywords:
             item.add_marker(pytest.mark.fast)

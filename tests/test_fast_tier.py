@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST_MODULES, FILE_SECONDS, NOT_FAST, _Guard
+from conftest import FAST_MODULES, NOT_FAST, _Guard
 
 TESTS = Path(__file__).resolve().parent
 
@@ -32,7 +32,6 @@ def test_every_listed_module_and_exception_exists():
         assert module in FAST_MODULES, nodeid
         function = re.sub(r"\[.*\]$", "", name)
         assert re.search(rf"^def {re.escape(function)}\(", (TESTS / module).read_text(), re.M), nodeid
-    assert sorted(m for m in FILE_SECONDS if not (TESTS / m).is_file()) == []
 
 
 def test_this_module_is_not_in_the_fast_tier_it_runs_processes():
