@@ -17,7 +17,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -120,6 +120,30 @@ def stop_groups(procs: Sequence[subprocess.Popen], *, interrupt_s: float | None 
             proc.wait(timeout=REAP_S)
         except subprocess.TimeoutExpired:
             logger.warning("pid %d still runs %g s after SIGKILL", proc.pid, REAP_S)
+
+
+def record_tree(root_pid: int, seen: dict[int, float], *, with_root: bool = True,
+                skip: Collection[int] = ()) -> list:
+    """Add the process ``root_pid`` (``with_root``) and every process below it, but those in ``skip``,
+    to ``seen`` (pid -> start time, as :func:`kill_recorded` takes it); the psutil processes recorded,
+    none when the root is gone."""
+    import psutil
+
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root] * with_root + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    recorded = []
+    for proc in procs:
+        if proc.pid in skip:
+            continue
+        try:
+            seen.setdefault(proc.pid, proc.create_time())
+        except psutil.NoSuchProcess:
+            continue
+        recorded.append(proc)
+    return recorded
 
 
 def kill_recorded(seen: Mapping[int, float]) -> int:

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from slime_common.process_tree import kill_recorded, start_in_session, stop_groups
+from slime_common.process_tree import kill_recorded, record_tree, start_in_session, stop_groups
 from slime_rehearse.smoke_assets import SMOKE_SITE
 from slime_rehearse.smoke_job import Job, SmokeOptions
 
@@ -50,16 +50,10 @@ class Launched:
     def snapshot(self) -> None:
         import psutil
 
-        try:
-            root = psutil.Process(self.proc.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return
         rss = 0
-        for p in procs:
+        for proc in record_tree(self.proc.pid, self.seen):
             try:
-                self.seen.setdefault(p.pid, p.create_time())
-                rss += p.memory_info().rss
+                rss += proc.memory_info().rss
             except psutil.NoSuchProcess:
                 continue
         self.peak_rss = max(self.peak_rss, rss)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slime_common.process_tree import signal_group, start_logged, stop_groups
+from slime_common.process_tree import start_logged, stop_groups
 from slime_ref.errors import UserError
 from slime_ref.utils.net import SGLANG_DERIVED_PORT_OFFSETS, allocate_port, port_allocator
 
@@ -269,8 +269,7 @@ class RolloutServers:
 
     def kill_engine(self, index: int) -> None:
         """SIGKILL one engine's process group (one that failed, or in failure tests); it stays listed until stop()."""
-        signal_group(self.engines[index].pid, signal.SIGKILL)
-        self.engines[index].popen.wait(timeout=10)
+        stop_groups([self.engines[index].popen], terminate_s=None)
 
 
 # ------------------------------------------------------------------------------------------------

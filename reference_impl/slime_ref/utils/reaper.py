@@ -24,7 +24,7 @@ import sys
 
 import psutil
 
-from slime_common.process_tree import kill_recorded
+from slime_common.process_tree import kill_recorded, record_tree
 
 DONE = b"done\n"
 SNAPSHOT_S = 1.0
@@ -51,28 +51,14 @@ def stop(reaper: subprocess.Popen) -> None:
         reaper.kill()
 
 
-def _record(driver: psutil.Process, seen: dict[int, float]) -> None:
-    for proc in driver.children(recursive=True):
-        if proc.pid != os.getpid():
-            try:
-                seen.setdefault(proc.pid, proc.create_time())
-            except psutil.NoSuchProcess:
-                continue
-
-
 def main(driver_pid: int) -> None:
-    try:
-        driver = psutil.Process(driver_pid)
-    except psutil.NoSuchProcess:
+    if not psutil.pid_exists(driver_pid):
         return
     seen: dict[int, float] = {}
     received = b""
     stdin = sys.stdin.buffer.raw
     while True:
-        try:
-            _record(driver, seen)
-        except psutil.NoSuchProcess:
-            pass
+        record_tree(driver_pid, seen, with_root=False, skip=(os.getpid(),))  # the reaper is the driver's child too
         readable, _, _ = select.select([stdin], [], [], SNAPSHOT_S)
         if readable:
             chunk = os.read(stdin.fileno(), 64)
