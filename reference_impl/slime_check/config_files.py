@@ -15,7 +15,8 @@ from slime_common.model_args import MODEL_ARGS, TIE_KEY, UNTIE_FLAG, hf_value, s
 # ---------------------------------------------------------------------------------------------
 
 
-def _path(cfg: Config, name: str) -> Path | None:
+def existing_path(cfg: Config, name: str) -> Path | None:
+    """The path flag ``name`` gives, when it exists on this machine."""
     value = cfg.get(name)
     if not isinstance(value, str) or not value:
         return None
@@ -27,7 +28,7 @@ def check_hf_config(cfg: Config) -> list[Finding]:
     id_ = "config.hf_config"
     if not cfg.has("--hf-checkpoint"):
         return []
-    folder = _path(cfg, "--hf-checkpoint")
+    folder = existing_path(cfg, "--hf-checkpoint")
     if folder is None or not (folder / "config.json").is_file():
         written = " ".join(w.text for w in cfg.given("--hf-checkpoint")[-1].values)
         return [Finding(id_, Status.SKIP, f"--hf-checkpoint {written} is not reachable here; "

@@ -22,7 +22,7 @@ from slime_check.config_argv import (
     known,
     rule_findings,
 )
-from slime_check.config_files import _path
+from slime_check.config_files import existing_path
 from slime_check.findings import Finding, Status, slime_doc
 from slime_common.arg_rules import RULES as ARG_RULES
 
@@ -248,7 +248,7 @@ def check_transformer_impl(cfg: Config) -> list[Finding]:
     id_ = "config.transformer_impl"
     if cfg.get("--transformer-impl") != "local" or cfg.has("--spec"):
         return []
-    folder = _path(cfg, "--hf-checkpoint")
+    folder = existing_path(cfg, "--hf-checkpoint")
     model_type = None
     if folder is not None and (folder / "config.json").is_file():
         try:

@@ -142,9 +142,10 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
     # --- the rules slime-check config checks too (slime_common.arg_rules), on the flags as given
     if args.load_debug_rollout_data is not None:
         args.debug_train_only = True  # slime: the samples come from the file, no engine is started
-    broken = broken_rules(NamespaceValues(args))
+    values = NamespaceValues(args)
+    broken = broken_rules(values)
     if broken:
-        raise UserError(user_message(broken[0], NamespaceValues(args)))
+        raise UserError(user_message(broken[0], values))
 
     # --- how long to train
     if args.num_rollout is None and not args.rollout_global_dataset:
