@@ -55,7 +55,8 @@ FAST_MODULES = {  # paths below tests/
     "slime_ref/test_rewards.py", "slime_ref/test_rollout_filters_guard.py",
     "slime_ref/test_rollout_list_generate.py", "slime_ref/test_rollout_metrics.py", "slime_ref/test_tracking.py",
     "slime_ref/test_types.py", "slime_rehearse/test_compat_layouts.py", "slime_rehearse/test_smoke.py",
-    "slime_rehearse/test_smoke_jobs.py", "slime_rehearse/test_smoke_verdict.py", "test_ci_skips.py",
+    "slime_rehearse/test_smoke_jobs.py", "slime_rehearse/test_smoke_memory.py", "slime_rehearse/test_smoke_verdict.py",
+    "test_ci_skips.py",
     "test_module_sizes.py", "test_package_imports.py", "test_readme_install.py",
 }
 NOT_FAST = {  # tests in FAST_MODULES that start a process or a server (the guard says so)
@@ -122,6 +123,8 @@ NOT_FAST = {  # tests in FAST_MODULES that start a process or a server (the guar
     "tests/slime_rehearse/test_smoke.py::test_with_slime_starts_a_ray_head_of_its_own_and_stops_it",
     "tests/slime_rehearse/test_smoke.py::test_with_slime_timeout_stops_exactly_what_it_started",
     "tests/slime_rehearse/test_smoke_jobs.py::test_ray_starts_under_any_out_path[42]",
+    "tests/slime_rehearse/test_smoke_memory.py::test_a_memory_faithful_rehearsal_forces_every_answer_to_full_length",
+    "tests/slime_rehearse/test_smoke_memory.py::test_memory_without_a_gpu_is_a_usage_error_naming_the_flag",
     "tests/slime_rehearse/test_smoke_jobs.py::test_ray_starts_under_any_out_path[47]",
     "tests/slime_rehearse/test_smoke_verdict.py::test_coverage_measures_a_hook_on_a_thread_started_before_the_hooks_import",
     "tests/slime_ref/test_tracking.py::test_plot_without_metrics_exits_2",

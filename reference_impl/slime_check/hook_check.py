@@ -93,15 +93,20 @@ def check_hook_modules(hooks: list[tuple[str, str]], roots: list[Path], target: 
 
 
 def write_hooks(hooks: dict[str, tuple[str, str]], out: Path, real_slime: bool = False,
-                probe: dict | None = None) -> Path:
+                probe: dict | None = None, marks: Path | None = None) -> Path:
     """OUT/hooks/smoke_hooks.json: what the preflight imports and the smoke run's ``slime_smoke_hooks``
-    wraps, and where it counts; the path goes to the run as SLIME_SMOKE_HOOKS_CONFIG."""
+    wraps, and where it counts; the path goes to the run as SLIME_SMOKE_HOOKS_CONFIG. ``marks``: a
+    memory-faithful run's folder for the generate calls' times, whose answers run to full length."""
     folder = out / "hooks"
     calls = folder / "calls"
     calls.mkdir(parents=True, exist_ok=True)
     config = folder / "smoke_hooks.json"
+    memory = {}
+    if marks is not None:
+        marks.mkdir(parents=True, exist_ok=True)
+        memory = {"full_length": True, "marks": str(marks)}
     config.write_text(json.dumps({"calls": str(calls), "hooks": hooks, "real_slime": real_slime,
-                                  "probe": probe}, indent=1))
+                                  "probe": probe, **memory}, indent=1))
     return config
 
 

@@ -10,7 +10,7 @@ import click
 
 from slime_check import __version__
 from slime_check.skill_install import skill
-from slime_common.errors import run_cli
+from slime_common.errors import UserError, run_cli
 from slime_rehearse.quickstart import quickstart
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -311,8 +311,14 @@ def plan(gpu, fixture, host_ram, prompt_len, slime_dir, slime_version, env, as_j
 @click.option("--slime-version", type=click.Choice(["v0.3.1", "main"]), default=None, help=SLIME_VERSION_HELP)
 @click.option("--force", is_flag=True, help="Run even if a check FAILs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings and the run's figures as JSON.")
+@click.option("--memory/--no-memory", default=None,
+              help="Memory-faithful (the default with --with slime on a GPU machine): the job's model, layout, "
+                   "--max-tokens-per-gpu, recompute and SGLang settings, every answer forced to "
+                   "--rollout-max-response-len, enough samples to fill the largest micro-batch; each GPU's "
+                   "peak per phase (NVML) beside `slime-check plan`'s prediction, and an OOM named by the "
+                   "phase that ran out. Needs the job's GPUs (colocated jobs on one GPU included).")
 @click.argument("script_or_args", nargs=-1, required=True, type=click.UNPROCESSED)
-def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, slime_version, force, as_json,
+def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, slime_version, force, as_json, memory,
           script_or_args) -> None:
     """Rehearse a launch script at toy size: same hooks, data keys and settings, a few rollouts.
 
@@ -338,14 +344,20 @@ def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, slime_ver
     from slime_rehearse.smoke_job import SmokeOptions
     from slime_rehearse.smoke_launch import slime_importable
 
+    gpu = _has_gpu()
     if engine is None:
-        engine = "slime" if slime_dir and slime_importable() and _has_gpu() else "slime-ref"
+        engine = "slime" if slime_dir and slime_importable() and gpu else "slime-ref"
+    if memory is None:
+        memory = engine == "slime" and gpu
+    if memory and not gpu:
+        raise UserError("--memory measures the job's GPU memory and needs its GPUs (none found: "
+                               "nvidia-smi -L failed); drop --memory, or run on the GPU machine")
     identity = _identify(slime_dir, slime_version)
     reg, notes = registry_for(identity, slime_dir)
     opts = SmokeOptions(out=out.resolve(), engine=engine, rollouts=rollouts, timeout_s=timeout_s, force=force,
                         slime_dir=slime_dir.resolve() if slime_dir else None, env=_env_pairs(env),
                         responses=responses.resolve() if responses else None, target=identity.target,
-                        registry=reg)
+                        registry=reg, memory=memory)
     console = _console()
     if not as_json:
         _print_identity(console, identity)

@@ -25,6 +25,14 @@ from pathlib import Path
 
 from slime_check.findings import Finding, Status
 from slime_check.hook_check import preflight_hooks, write_hooks
+from slime_rehearse.gpu_memory import (
+    MARKS_DIR,
+    find_oom,
+    generate_windows,
+    peak_time,
+    phase_peaks,
+    start_sampler,
+)
 from slime_rehearse.smoke_assets import (
     build_model,
     hook_counts,
@@ -117,6 +125,30 @@ def estimate(summary: dict, shrunk: Shrunk, opts: SmokeOptions) -> dict:
             "estimated_per_rollout_s": sum(per_rollout.values()) * scale}
 
 
+def memory_verdict(job: Job, opts: SmokeOptions, out: Path, trace, log: str, metrics: list[dict],
+                   shrunk: Shrunk) -> tuple[dict, list[Finding]]:
+    """The memory-faithful run's peaks per GPU and phase, plan's prediction beside them, and an OOM."""
+    from slime_rehearse.smoke_memory import card_for, compare, memory_findings, oom_fix, predicted
+
+    windows = generate_windows(out)
+    gpus = phase_peaks(trace, windows) if trace and trace.times else []
+    plan = None
+    if gpus:
+        try:
+            plan = predicted(job.argv, opts.registry, opts.target, card_for(gpus[0]["total_bytes"]), opts.engine)
+        except Exception as e:  # a job plan cannot read still gets its measurement
+            plan = {"error": f"{type(e).__name__}: {e}"}
+    oom = find_oom(log, windows, peak_time(trace) if trace else None)
+    lengths = [flat(r).get("rollout/response_length") for r in metrics if "rollout/raw_reward" in flat(r)]
+    notes = memory_findings(gpus, plan if plan and "error" not in plan else None, oom, lengths,
+                            shrunk.user_max_len, oom_fix(oom, plan) if oom else "")
+    report = {"gpus": gpus, "predicted": plan, "compared": compare(gpus, plan if plan and "error" not in plan
+                                                                   else None),
+              "oom": None if oom is None else {**vars(oom), "short_by": oom.short_by},
+              "rollout_windows": windows}
+    return report, notes
+
+
 # ---------------------------------------------------------------------------------------------
 # the command
 
@@ -150,7 +182,7 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
 
     t = time.perf_counter()
     job, config_findings = read_job(script_or_args, opts.slime_dir, opts.env, opts.engine, opts.target,
-                                    opts.registry)
+                                    opts.registry, opts.memory)
     if not job.argv:
         return config_findings, {"stopped": "no train command found"}
     checks = check_findings(job, config_findings, opts) + job.notes
@@ -170,7 +202,7 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
         report["stopped"] = "the prompt data is not here"
         return findings, report
     responses = read_responses(opts.responses) if opts.responses else []
-    if opts.engine == "slime-ref":
+    if opts.engine == "slime-ref" and not opts.memory:
         model_dir, model_findings = build_model(items, out, responses)
         longest = scripted_tokens(model_dir, responses)
         if longest > opts.response_cap:  # a scripted answer cut short would never reach the tool
@@ -188,7 +220,8 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
             findings.append(left_out)
     real = opts.engine == "slime"
     probe = {"argv": shrunk.argv, "data": str(data["prompt"]), "rows": DATA_ROWS, "responses": responses}
-    hooks_config = write_hooks(shrunk.hooks, out, real_slime=real, probe=probe)
+    marks = out / MARKS_DIR if opts.memory else None
+    hooks_config = write_hooks(shrunk.hooks, out, real_slime=real, probe=probe, marks=marks)
     compat = opts.engine == "slime-ref" and not slime_importable()
     env = run_env(opts, job, hooks_config, compat)
     imports, preflight = preflight_hooks(shrunk.hooks, env, hooks_config)
@@ -197,7 +230,7 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     if hook_files:
         env["COVERAGE_PROCESS_START"] = str(write_coverage_config(out, hook_files))
     script = None
-    if not real:
+    if not real and not opts.memory:
         script = write_engine_script(out, items, preflight.get("probe"), responses)
         if script:
             env.update({"SLIME_REF_ENGINE_SCRIPT": str(script), "SLIME_REF_ENGINE_SCRIPT_STATS":
@@ -236,18 +269,22 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
     if opts.engine == "slime" and not env.get("RAY_ADDRESS"):
         ray_head = start_ray_head(out, env)
         env.update(ray_head.client_env)
+    sampler = start_sampler() if opts.memory else None
     launched = Launched(cmd, env, out / "smoke.log", cwd=str(opts.slime_dir) if opts.engine == "slime" else None,
                         echo=echo)
     try:
         rc, timed_out = launched.wait(opts.timeout_s)
     except KeyboardInterrupt:
         launched.stop()
+        if sampler:
+            sampler.stop()
         if ray_head:
             ray_head.stop()
         remove_ray_temp_dir(env, out)
         raise
     finally:
         launched.stop()
+    trace = sampler.stop() if sampler else None
     if ray_head:
         ray_head.stop()
     remove_ray_temp_dir(env, out)
@@ -266,6 +303,10 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
               "coverage": hook_coverage(out / "coverage", out / "hooks" / "coverage.ini", hook_files)
               if hook_files else None}
     findings += verdict(result, shrunk, opts)
+    if opts.memory:
+        memory, memory_notes = memory_verdict(job, opts, out, trace, log, result["metrics"], shrunk)
+        findings += memory_notes
+        report["memory"] = memory
     phase["total"] = time.perf_counter() - wall
     report.update({
         "returncode": rc, "timed_out": timed_out, "log": str(out / "smoke.log"),
@@ -324,6 +365,10 @@ def render_report(findings: list[Finding], report: dict, console) -> None:
     for k, v in report.get("phase_s", {}).items():
         table.add_row(f"seconds {k}", f"{v:.1f}")
     table.add_row("peak memory", f"{report.get('peak_rss_gib', 0):.2f} GiB (the run's process tree)")
+    for row in (report.get("memory") or {}).get("compared", []):
+        want = row["predicted_bytes"]
+        table.add_row(f"GPU {row['gpu']} {row['what']}", f"{row['measured_bytes'] / 2**30:.2f} GiB measured"
+                      + (f", plan {want / 2**30:.2f} GiB ({row['error']:+.0%})" if want else ""))
     est = report.get("estimate")
     if est:
         table.add_row("ESTIMATE per rollout", f"{est['estimated_per_rollout_s']:.0f} s ({est['label']})")

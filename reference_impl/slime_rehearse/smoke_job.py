@@ -57,6 +57,11 @@ READ_BY_REHEARSAL = {"--rollout-batch-size", "--n-samples-per-prompt", "--rollou
 KEPT_FOR_SLIME = MODEL_FLAGS | set(LAYOUT) | EXPERT_FLAGS | {
     "--load", "--ref-load", "--rollout-num-gpus", "--num-gpus-per-node", "--sglang-mem-fraction-static",
     "--micro-batch-size"}
+# A memory-faithful smoke (--memory) also keeps what sets the peak: recompute and the pipeline's split.
+KEPT_FOR_MEMORY = KEPT_FOR_SLIME | {"--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+                                    "--sequence-parallel", "--decoder-last-pipeline-num-layers"}
+DEFAULT_GENERATE = "slime.rollout.sglang_rollout.generate"
+GENERATE_FLAG = "--custom-generate-function-path"
 
 # Every flag that names a place slime, Megatron-LM, SGLang or the router writes to: the rehearsal points
 # each under OUT/writes/, so a rehearsal next to a live run never touches its files. "dir": a folder;
@@ -98,10 +103,13 @@ def redirected(flag: str, value: str, out: Path) -> str:
     return str(folder if WRITES[flag] == "dir" else folder / Path(value).name)
 
 
-def rehearsal_replaces(flag: str, engine: str) -> bool:
-    """True when the rehearsal drops the job's value of ``flag`` or sets its own."""
+def rehearsal_replaces(flag: str, engine: str, memory: bool = False) -> bool:
+    """True when the rehearsal drops the job's value of ``flag`` or sets its own. A memory-faithful
+    rehearsal runs the job's own model and layout on either engine."""
     if flag in REPLACED or flag in WRITES:
         return True
+    if memory:
+        return flag in DROPPED and flag not in KEPT_FOR_MEMORY
     if engine != "slime" and flag.startswith("--moe-"):  # MoE architecture: the tiny model is dense
         return True
     return flag in DROPPED and not (engine == "slime" and flag in KEPT_FOR_SLIME)
@@ -121,6 +129,7 @@ class SmokeOptions:
     env: dict[str, str] = field(default_factory=dict)
     responses: Path | None = None  # JSONL of answers the stand-in model gives (read_responses)
     target: str | None = None  # the known slime the job is judged against (slime_identity); None: v0.3.1
+    memory: bool = False  # memory-faithful: the job's model, layout, lengths and micro-batches (memory_sizes)
     registry: object = None  # the flags to read the job with (slime_identity.registry_for); None: target's
 
 
@@ -138,7 +147,8 @@ class Job:
 
 
 def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
-             engine: str = "slime-ref", target: str | None = None, reg=None) -> tuple[Job, list[Finding]]:
+             engine: str = "slime-ref", target: str | None = None, reg=None,
+             memory: bool = False) -> tuple[Job, list[Finding]]:
     """The job's argv, and ``config``'s findings on it. A word that cannot be known without running the
     script (``$(date ...)``, ``printf -v``) is kept as its text when the rehearsal drops or replaces its
     flag anyway; where the rehearsal needs it, the job is refused with the variables to give."""
@@ -178,9 +188,9 @@ def read_job(script_or_args: list[str], slime_dir, env: dict[str, str],
         values_known = all(w.known for w in given.values)
         if values_known:
             argv += [given.name, *[w.text for w in given.values]]
-        elif rehearsal_replaces(given.name, engine) and given.name not in READ_BY_REHEARSAL:
+        elif rehearsal_replaces(given.name, engine, memory) and given.name not in READ_BY_REHEARSAL:
             argv += [given.name, *[w.text for w in given.values]]  # never read: the rehearsal sets its own
-        elif engine == "slime-ref" and given.name.startswith("--sglang-"):
+        elif engine == "slime-ref" and not memory and given.name.startswith("--sglang-"):
             left_out.append(f"{given.name} {' '.join(w.text for w in given.values)}")  # GPU engine settings
         else:
             needed += [f"{given.name} {w.text}" for w in given.values if not w.known]
@@ -288,6 +298,32 @@ def as_int(values, default=None):
         return default
 
 
+def memory_sizes(items, full: dict) -> tuple[int, int, str]:
+    """(prompts, samples per prompt, why) for a memory-faithful rehearsal: one whole group of the job,
+    and enough samples at full length to fill the job's largest micro-batch on every data-parallel rank
+    (``--max-tokens-per-gpu`` // the longest sample with dynamic batching, else ``--micro-batch-size``).
+    Fewer prompts than the job's, never more."""
+    gpus = (as_int(last(items, "--actor-num-nodes"), 1) or 1) * (as_int(last(items, "--actor-num-gpus-per-node"), 1)
+                                                                 or 1)
+    model = 1
+    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size"):
+        model *= as_int(last(items, flag), 1) or 1
+    dp = max(1, gpus // model)
+    n = max(1, full["n_samples_per_prompt"] or 1)
+    longest = (as_int(last(items, "--rollout-max-prompt-len"), 0) or 0) + (full["max_response_len"] or 1)
+    cp = as_int(last(items, "--context-parallel-size"), 1) or 1
+    max_tokens = as_int(last(items, "--max-tokens-per-gpu"))
+    if last(items, "--use-dynamic-batch-size") is not None and max_tokens:
+        per_micro = max(1, max_tokens * cp // longest)
+        why = f"--max-tokens-per-gpu {max_tokens} holds {per_micro} sample(s) of {longest} tokens"
+    else:
+        per_micro = as_int(last(items, "--micro-batch-size"), 1) or 1
+        why = f"--micro-batch-size {per_micro}"
+    samples = max(n, per_micro * dp)
+    prompts = min(-(-samples // n), max(1, full["rollout_batch_size"] or 1))
+    return prompts, n, f"{why}, x {dp} data-parallel rank(s)"
+
+
 def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path]) -> Shrunk:
     """The same job at toy size. ``data`` maps "prompt" and eval names to the small files under OUT."""
     from slime_common.registry import load_registry
@@ -302,29 +338,40 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
         "num_rollout": as_int(last(items, "--num-rollout")),
         "num_steps_per_rollout": as_int(last(items, "--num-steps-per-rollout"), 1),
     }
-    batch = max(1, min(opts.rollout_batch, full["rollout_batch_size"] or opts.rollout_batch))
-    n = max(1, min(opts.max_samples, full["n_samples_per_prompt"] or 1))
-    steps = full["num_steps_per_rollout"] if (batch * n) % max(1, full["num_steps_per_rollout"]) == 0 else 1
     user_len = full["max_response_len"]
-    cap = min(user_len, opts.response_cap) if user_len else opts.response_cap
-    changes = [f"--num-rollout {opts.rollouts}", f"--rollout-batch-size {batch}", f"--n-samples-per-prompt {n}",
-               f"--global-batch-size {batch * n // steps} (rollout_batch_size*n_samples_per_prompt == "
-               f"global_batch_size*num_steps_per_rollout)", f"--rollout-max-response-len {cap}",
-               f"outputs under {out}", "--check-weight-update-equal"]
-    if opts.engine != "slime":
+    if opts.memory:
+        batch, n, why = memory_sizes(items, full)
+        steps = 1
+        cap = user_len or opts.response_cap
+        changes = [f"--num-rollout {opts.rollouts}", f"--rollout-batch-size {batch}", f"--n-samples-per-prompt {n}"
+                   f" (one whole group; {why})", f"--global-batch-size {batch * n} (one step)",
+                   f"every answer forced to --rollout-max-response-len {cap} (ignore_eos)",
+                   f"outputs under {out}", "no eval, no --check-weight-update-equal (its snapshot is extra memory)",
+                   "the job's model, layout, --max-tokens-per-gpu, recompute and SGLang settings kept"]
+    else:
+        batch = max(1, min(opts.rollout_batch, full["rollout_batch_size"] or opts.rollout_batch))
+        n = max(1, min(opts.max_samples, full["n_samples_per_prompt"] or 1))
+        steps = full["num_steps_per_rollout"] if (batch * n) % max(1, full["num_steps_per_rollout"]) == 0 else 1
+        cap = min(user_len, opts.response_cap) if user_len else opts.response_cap
+        changes = [f"--num-rollout {opts.rollouts}", f"--rollout-batch-size {batch}", f"--n-samples-per-prompt {n}",
+                   f"--global-batch-size {batch * n // steps} (rollout_batch_size*n_samples_per_prompt == "
+                   f"global_batch_size*num_steps_per_rollout)", f"--rollout-max-response-len {cap}",
+                   f"outputs under {out}", "--check-weight-update-equal"]
+    if opts.engine != "slime" and not opts.memory:
         changes += [f"--hf-checkpoint {model_dir} (tiny model)", "MODEL_ARGS dropped (config.json of the tiny model)",
                     "parallelism 1, one engine"]
     keep: list[str] = []
     hooks: dict[str, tuple[str, str]] = {}
-    has_eval = last(items, "--eval-prompt-data") is not None or last(items, "--eval-config") is not None
-    real = opts.engine == "slime"
+    has_eval = not opts.memory and (last(items, "--eval-prompt-data") is not None
+                                    or last(items, "--eval-config") is not None)
+    real = opts.engine == "slime" or opts.memory  # the job's own model and layout
     writes: dict[str, str] = {}
     for flag, values in items:
         if flag in WRITES:
             if values:
                 writes[flag] = redirected(flag, values[-1], out)
             continue
-        if rehearsal_replaces(flag, opts.engine):
+        if rehearsal_replaces(flag, opts.engine, opts.memory):
             continue
         if flag in hook_flags and values:
             wrapped = []
@@ -339,10 +386,14 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
         "--hf-checkpoint", str(model_dir), "--prompt-data", str(data["prompt"]),
         "--num-rollout", str(opts.rollouts), "--rollout-batch-size", str(batch), "--n-samples-per-prompt", str(n),
         "--global-batch-size", str(batch * n // steps), "--num-steps-per-rollout", str(steps),
-        "--rollout-max-response-len", str(cap), "--check-weight-update-equal",
+        "--rollout-max-response-len", str(cap), *([] if opts.memory else ["--check-weight-update-equal"]),
         *([] if real else [x for k, v in LAYOUT.items() if last(items, k) is not None for x in (k, v)]),
-        *([] if real else ["--output-dir", str(out / "run")]),  # slime-ref's; slime has no such flag
+        *([] if opts.engine == "slime" else ["--output-dir", str(out / "run")]),  # slime-ref's; not slime's
     ]
+    if opts.memory and not any(flag == GENERATE_FLAG for flag, _ in hooks.values()):
+        # slime's own generate, wrapped: the smoke's wrapper forces every answer to full length
+        hooks["h_full_length_generate"] = (GENERATE_FLAG, DEFAULT_GENERATE)
+        argv += [GENERATE_FLAG, f"{HOOK_MODULE}.h_full_length_generate"]
     for flag, path in writes.items():
         argv += [flag, path]
     if writes:
@@ -352,7 +403,8 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
     if last(items, "--use-wandb") is not None:
         argv += ["--use-wandb", "--wandb-mode", "offline"]
         changes.append("W&B offline")
-    if not real and last(items, "--rollout-num-gpus") is not None and last(items, "--colocate") is None:
+    if opts.engine != "slime" and not opts.memory and last(items, "--rollout-num-gpus") is not None \
+            and last(items, "--colocate") is None:
         argv += ["--rollout-num-gpus", "1"]
     if has_eval and data.get("eval"):
         argv += ["--eval-prompt-data", *[x for name, p in data["eval"] for x in (name, str(p))],
@@ -365,7 +417,7 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
         over = max(batch, -(-over * batch // max(1, full["rollout_batch_size"])))
         argv += ["--over-sampling-batch-size", str(over)]
         changes.append(f"--over-sampling-batch-size {over} (the job's ratio to the rollout batch)")
-    if not real and last(items, "--dynamic-sampling-filter-path"):
+    if opts.engine != "slime" and last(items, "--dynamic-sampling-filter-path"):
         # a random model gives equal rewards in most groups: a filter that wants spread would draw forever
         budget = FILTER_BUDGET_ROUNDS * (over or batch)
         argv += ["--dynamic-sampling-max-groups", str(budget)]

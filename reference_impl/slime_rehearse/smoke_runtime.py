@@ -25,9 +25,11 @@ import json
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 from slime_check.outside_services import explain_missing
+from slime_rehearse.smoke_job import GENERATE_FLAG
 
 COVERAGE_SAVE_DELAY_S = 1.0  # after a hook call, the process's coverage data is saved this much later
 
@@ -182,6 +184,22 @@ def _save_coverage() -> None:
             print(f"slime-check smoke: coverage not saved: {e}", file=sys.stderr)
 
 
+def force_full_length(a: tuple, k: dict) -> tuple[tuple, dict]:
+    """generate(args, sample, sampling_params) with ``ignore_eos`` set: the answer runs to
+    max_new_tokens (--rollout-max-response-len), the length that sets the job's memory peak."""
+    if "sampling_params" in k:
+        return a, {**k, "sampling_params": {**(k["sampling_params"] or {}), "ignore_eos": True}}
+    if len(a) >= 3 and isinstance(a[2], dict):
+        return (*a[:2], {**a[2], "ignore_eos": True}, *a[3:]), k
+    return a, k
+
+
+def mark_generate(marks_dir: str, started: float) -> None:
+    """One generate call's start and end, for the phase windows (slime_rehearse.gpu_memory)."""
+    with open(os.path.join(marks_dir, f"generate.{os.getpid()}"), "a") as fh:
+        fh.write(f"{started:.3f} {time.time():.3f}\n")
+
+
 def wrap(hook_id: str, flag_path: tuple[str, str], config: dict):
     flag, path = flag_path
     start_coverage()
@@ -203,17 +221,23 @@ def wrap(hook_id: str, flag_path: tuple[str, str], config: dict):
                 save_coverage_soon()
 
         return type(target.__name__, (target,), {"get_samples": get_samples})
+    full_length = config.get("full_length") and flag == GENERATE_FLAG
     if inspect.iscoroutinefunction(target):
         @functools.wraps(target)
         async def wrapper(*a, **k):
             trace_this_thread()
             counter.note("calls")
+            if full_length:
+                a, k = force_full_length(a, k)
+                started = time.time()
             try:
                 return await target(*a, **k)
             except Exception as e:
                 counter.error(e)
                 raise
             finally:
+                if full_length:
+                    mark_generate(config["marks"], started)
                 save_coverage_soon()
     else:
         @functools.wraps(target)

@@ -349,7 +349,9 @@ def verdict(result: dict, shrunk, opts) -> list[Finding]:
     sft = is_sft(split_flags(shrunk.argv))
     rollouts = [r for r in result.get("metrics", []) if "rollout/raw_reward" in flat(r)]
     stand_in = result.get("stand_in") or {}
-    if rollouts:
+    if rollouts and getattr(opts, "memory", False):  # forced full-length answers: rewards say nothing
+        findings += weight_findings(result, rc)
+    elif rollouts:
         findings += reward_findings(rollouts, shrunk, opts, sft, bool(stand_in.get("scripted")))
         findings += weight_findings(result, rc)
     elif rc == 0 and not sft:

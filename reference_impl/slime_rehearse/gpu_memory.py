@@ -1,0 +1,246 @@
+"""GPU memory during a memory-faithful ``slime-check smoke``: each GPU's peak per phase, and the
+numbers of an out-of-memory error.
+
+What is read, and why that: NVML's device-wide "used" memory (``nvmlDeviceGetMemoryInfo``), sampled
+every ``INTERVAL_S`` on a thread of the smoke's own process. It counts every process on the GPU
+(trainer, SGLang, CUDA contexts, NCCL, fragmentation): what runs out is the card, not one allocator.
+NVML is reached through ``libnvidia-ml.so.1`` with ctypes, so no package is needed; where the library
+is missing (a CPU machine) nothing is sampled.
+
+Phases come from the run itself: the smoke's generate wrapper (``smoke_runtime``) appends the start and
+end time of every generate call to ``OUT/memory/generate.<pid>``. The union of those calls is the
+rollout; what comes before the first call is start-up (engines, trainer, first weight sync); the rest
+is training, the log-prob passes and the weight updates.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GIB = 2**30
+INTERVAL_S = 0.02  # a logits buffer lives for tens of milliseconds; 20 ms sees most of them
+STARTUP, ROLLOUT, TRAIN = "start-up", "rollout", "training, log-probs and weight update"
+PHASES = (STARTUP, ROLLOUT, TRAIN)
+MARKS_DIR = "memory"
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class Nvml:
+    """The few NVML calls the sampler needs; ``Nvml.open()`` is None where NVML is absent."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        count = ctypes.c_uint()
+        self._check(lib.nvmlDeviceGetCount_v2(ctypes.byref(count)))
+        self.handles = []
+        for i in range(count.value):
+            handle = ctypes.c_void_p()
+            self._check(lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)))
+            self.handles.append(handle)
+
+    @staticmethod
+    def _check(rc: int) -> None:
+        if rc != 0:
+            raise OSError(f"NVML error {rc}")
+
+    @classmethod
+    def open(cls) -> Nvml | None:
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            cls._check(lib.nvmlInit_v2())
+            return cls(lib)
+        except (OSError, AttributeError):
+            return None
+
+    def memory(self) -> list[tuple[int, int]]:
+        """(used, total) bytes of each GPU."""
+        out = []
+        for handle in self.handles:
+            info = _Memory()
+            self._check(self.lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(info)))
+            out.append((info.used, info.total))
+        return out
+
+    def close(self) -> None:
+        self.lib.nvmlShutdown()
+
+
+@dataclass
+class Trace:
+    """Samples of each GPU's used bytes: ``times[i]`` and ``used[i][gpu]``; ``total[gpu]`` the card."""
+    times: list[float] = field(default_factory=list)
+    used: list[list[int]] = field(default_factory=list)
+    total: list[int] = field(default_factory=list)
+    baseline: list[int] = field(default_factory=list)  # used before the run started (other processes)
+
+
+class Sampler:
+    """Samples NVML on a thread until :meth:`stop`; :attr:`trace` holds what it saw."""
+
+    def __init__(self, nvml: Nvml, interval_s: float = INTERVAL_S):
+        self.nvml, self.interval_s = nvml, interval_s
+        self.trace = Trace()
+        first = nvml.memory()
+        self.trace.total = [t for _, t in first]
+        self.trace.baseline = [u for u, _ in first]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="gpu-memory")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sample = self.nvml.memory()
+            except OSError:
+                return
+            self.trace.times.append(time.time())
+            self.trace.used.append([u for u, _ in sample])
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> Trace:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.nvml.close()
+        return self.trace
+
+
+def start_sampler() -> Sampler | None:
+    nvml = Nvml.open()
+    return Sampler(nvml) if nvml is not None and nvml.handles else None
+
+
+# ---------------------------------------------------------------------------------------------
+# phases
+
+
+def generate_windows(out: Path) -> list[tuple[float, float]]:
+    """The generate calls the smoke's wrapper recorded (``start end`` a line, in any process), merged."""
+    spans = []
+    for path in sorted((out / MARKS_DIR).glob("generate.*")):
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                try:
+                    spans.append((float(parts[0]), float(parts[1])))
+                except ValueError:
+                    continue
+    spans.sort()
+    merged: list[list[float]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]
+
+
+def phase_at(t: float, windows: list[tuple[float, float]]) -> str:
+    if not windows or t < windows[0][0]:
+        return STARTUP
+    return ROLLOUT if any(s <= t <= e for s, e in windows) else TRAIN
+
+
+def phase_peaks(trace: Trace, windows: list[tuple[float, float]]) -> list[dict]:
+    """Per GPU: the peak used bytes of the whole run and of each phase (phases with no sample left out)."""
+    gpus = []
+    for g, total in enumerate(trace.total):
+        peaks: dict[str, int] = {}
+        for t, used in zip(trace.times, trace.used, strict=True):
+            name = phase_at(t, windows)
+            peaks[name] = max(peaks.get(name, 0), used[g])
+        gpus.append({"gpu": g, "total_bytes": total, "baseline_bytes": trace.baseline[g],
+                     "peak_bytes": max(peaks.values(), default=0),
+                     "phases": {name: peaks[name] for name in PHASES if name in peaks}})
+    return gpus
+
+
+def peak_time(trace: Trace) -> float | None:
+    """When the busiest GPU was fullest: where an OOM whose traceback names no phase most likely hit."""
+    if not trace.times:
+        return None
+    return max(zip(trace.times, trace.used, strict=True), key=lambda s: max(s[1]))[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# an out-of-memory error in the log
+
+_SIZE = r"([\d.]+) ([KMGT]i?B)"
+_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9,
+          "TB": 10**12}
+# torch: "CUDA out of memory. Tried to allocate 58.00 GiB. GPU 0 has a total capacity of 139.81 GiB of
+# which 40.12 GiB is free."
+TORCH_OOM = re.compile(r"Tried to allocate " + _SIZE + r"\.? GPU (\d+) has a total capacity of " + _SIZE
+                       + r" of which " + _SIZE + r" is free")
+# What ran out, by the traceback's frames ("file function"), most specific phase first.
+OOM_FRAMES = (
+    (r"\bcapture", "SGLang's CUDA-graph capture (engine start)"),
+    (r"init_memory_pool|profile_max_num_token|Not enough memory\. Please try to increase --mem-fraction-static",
+     "SGLang's KV pool (engine start)"),
+    (r"torch_memory_saver|resume_memory_occupation|wake_up|onload", "the switch between rollout and training"),
+    (r"update_weight|weight_update|broadcast_weights|weight_sync", "the weight update"),
+    (r"compute_log_prob|log_prob", "the log-prob pass"),
+    (r"train_one_step|train_actor|forward_backward|backward|optimizer|train_step|loss_fn| train$",
+     "the training step"),
+    (r"scheduler|decode|prefill|forward_batch|generate", "the rollout (SGLang)"),
+)
+OOM_LINE = re.compile(r"CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase "
+                      r"--mem-fraction-static|\[torch_memory_saver\.cpp\] (CUresult error: 2|cudaError error: 2)")
+TRACEBACK_LINES = 400  # how far above the error its traceback may start
+FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
+
+
+def _bytes(number: str, unit: str) -> int:
+    return int(float(number) * _UNITS[unit])
+
+
+@dataclass
+class OutOfMemory:
+    phase: str  # what ran out, in words
+    requested: int | None = None  # bytes the failing allocation asked for
+    free: int | None = None  # bytes free on the GPU then
+    capacity: int | None = None
+    gpu: int | None = None
+    line: str = ""
+
+    @property
+    def short_by(self) -> int | None:
+        if self.requested is None or self.free is None:
+            return None
+        return max(0, self.requested - self.free)
+
+
+def find_oom(log: str, windows: list[tuple[float, float]] | None = None, at: float | None = None) -> OutOfMemory | None:
+    """The first out-of-memory error in ``log``: which phase it hit (from the traceback's frames above
+    the error, else from the time ``at`` it was seen against the generate ``windows``) and, for torch's
+    message, the allocation and the free memory."""
+    lines = log.splitlines()
+    # torch's own message carries the numbers; Ray's "RayTaskError(OutOfMemoryError)" line comes before it
+    hit = next((i for i, ln in enumerate(lines) if TORCH_OOM.search(ln)), None)
+    if hit is None:
+        hit = next((i for i, ln in enumerate(lines) if OOM_LINE.search(ln)), None)
+    if hit is None:
+        return None
+    top = next((i for i in range(hit, max(-1, hit - TRACEBACK_LINES), -1) if "Traceback (most recent call last)"
+                in lines[i]), max(0, hit - TRACEBACK_LINES))
+    frames = [f"{m.group(1)} {m.group(2)}" for ln in lines[top:hit] if (m := FRAME.search(ln))] + [lines[hit]]
+    # the most specific phase any frame names (a log-prob pass runs inside train(), through Megatron's
+    # forward_backward, so its own frame must win over theirs)
+    phase = next((name for pattern, name in OOM_FRAMES if any(re.search(pattern, f) for f in frames)), None)
+    if phase is None:
+        phase = phase_at(at, windows) if at is not None and windows is not None else "an unknown phase"
+    oom = OutOfMemory(phase, line=lines[hit].strip()[:300])
+    m = TORCH_OOM.search(lines[hit]) or TORCH_OOM.search(" ".join(lines[hit:hit + 3]))
+    if m:
+        oom.requested = _bytes(m.group(1), m.group(2))
+        oom.gpu = int(m.group(3))
+        oom.capacity = _bytes(m.group(4), m.group(5))
+        oom.free = _bytes(m.group(6), m.group(7))
+    return oom

@@ -1,0 +1,149 @@
+"""The verdict of a memory-faithful ``slime-check smoke`` (``--memory``): each GPU's measured peak per
+phase beside ``slime-check plan``'s prediction for the job, and an out-of-memory error named by the
+phase that ran out and by how much.
+
+Measured: NVML's used memory of the card less what was in use before the run (``gpu_memory``), so the
+figure is what the run took: every process, CUDA context, NCCL buffer and allocator cache included.
+Predicted: ``plan`` on the job's own flags, on a card of the measured size. The phases line up as
+the run shows them: the rollout (the generate calls) against plan's rollout; training, log-probs and
+the weight update against the largest of plan's training, log-prob and update phases; the whole run
+against plan's peak.
+"""
+
+from __future__ import annotations
+
+from slime_check.findings import Finding, Status
+from slime_rehearse.gpu_memory import GIB, ROLLOUT, STARTUP, TRAIN, OutOfMemory
+
+DOC = "skill/references/memory-sizing.md"
+AGREEMENT = 0.10  # plan is held to the measured peak within 10%
+MIB = 2**20
+
+
+def card_for(total_bytes: int):
+    """plan's card for an NVML total: a known card when nvidia-smi's size matches, else the size."""
+    from slime_check.plan_job import CARDS, Card
+
+    smi_mib = total_bytes // MIB
+    for name, (usable, smi, source) in CARDS.items():
+        if smi == smi_mib:
+            return Card(name, usable, smi, source)
+    usable = total_bytes - 600 * MIB  # the CUDA runtime's share that torch never reports
+    return Card(f"{usable / GIB:.1f} GiB GPU", usable, smi_mib, "NVML")
+
+
+def predicted(argv: list[str], reg, target: str | None, card, engine: str = "slime") -> dict:
+    """plan's per-phase peaks (bytes) for the job's argv on ``card``: {"rollout", "train", "peak", ...}.
+
+    plan describes slime. slime-ref keeps the trainer's weights, gradients and optimizer state on the
+    GPU while colocated engines generate (reference_impl/ARCHITECTURE.md, "where slime-ref differs"),
+    so for ``engine="slime-ref"`` those bytes are added to the rollout in place of plan's sleeping
+    trainer."""
+    from slime_check.launch_script import Origin, Word
+    from slime_check.plan_inputs import plan_argv
+    from slime_check.plan_report import findings as plan_findings
+
+    words = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(argv)]
+    planned = plan_argv(words, reg, target, "the job", card, None, None)
+    plan = planned.plan
+    gpu_phases = [p for p in plan.phases if p.where != "host per node"]
+    train = [p for p in gpu_phases if not p.name.startswith("rollout")]
+    rollout = [p for p in gpu_phases if p.name.startswith("rollout")]
+    out = {"card": card.name, "colocate": plan.job.colocate,
+           "phases": {p.name: int(p.total) for p in gpu_phases},
+           "train": int(max(p.total for p in train)) if train else None,
+           "train_phase": max(train, key=lambda p: p.total).name if train else None,
+           "rollout": int(rollout[0].total) if rollout else None}
+    if engine == "slime-ref" and plan.job.colocate and rollout:
+        state = sum(i.bytes for i in train_phase_items(gpu_phases) if i.label.startswith(TRAIN_STATE))
+        asleep = sum(i.bytes for i in rollout[0].items if i.label.startswith("trainer asleep"))
+        out["rollout"] = int(out["rollout"] + state - asleep)
+        out["note"] = "slime-ref: the training state stays on the GPU during the rollout"
+    out["peak"] = max(v for v in (out["train"], out["rollout"]) if v is not None)
+    # the knob plan names for each GPU phase (its fix where a phase is near or over the card)
+    out["fixes"] = {f.id: f.fix for f in plan_findings(planned) if f.fix and f.id in (
+        "plan.train_memory", "plan.rollout_memory", "plan.colocated")}
+    return out
+
+
+TRAIN_STATE = ("actor weights", "actor gradients", "actor optimizer", "critic weights", "critic gradients",
+               "critic optimizer")
+
+
+def train_phase_items(phases) -> list:
+    """The items of plan's first training phase (where the state's bytes are listed)."""
+    return next((p.items for p in phases if "training step" in p.name), [])
+
+
+def oom_fix(oom: OutOfMemory, plan: dict | None) -> str:
+    """plan's knob for the phase that ran out."""
+    fixes = (plan or {}).get("fixes", {})
+    rollout_side = "SGLang" in oom.phase or "rollout (" in oom.phase
+    first = ["plan.rollout_memory", "plan.colocated"] if rollout_side else ["plan.train_memory", "plan.colocated"]
+    return next((fixes[k] for k in first if fixes.get(k)), "")
+
+
+def compare(gpus: list[dict], plan: dict | None) -> list[dict]:
+    """Rows of (what, measured bytes, predicted bytes, relative error) for the busiest GPU."""
+    if not gpus:
+        return []
+    gpu = max(gpus, key=lambda g: g["peak_bytes"] - g["baseline_bytes"])
+    base = gpu["baseline_bytes"]
+    rows = []
+    pairs = [("peak", gpu["peak_bytes"], plan and plan.get("peak")),
+             (ROLLOUT, gpu["phases"].get(ROLLOUT), plan and plan.get("rollout")),
+             (TRAIN, gpu["phases"].get(TRAIN), plan and plan.get("train")),
+             (STARTUP, gpu["phases"].get(STARTUP), None)]
+    for what, used, want in pairs:
+        if used is None:
+            continue
+        took = max(0, used - base)
+        rows.append({"what": what, "gpu": gpu["gpu"], "measured_bytes": took, "predicted_bytes": want,
+                     "error": (want - took) / took if want and took else None})
+    return rows
+
+
+def memory_findings(gpus: list[dict], plan: dict | None, oom: OutOfMemory | None, response_length: list,
+                    cap: int | None, fix: str = "") -> list[Finding]:
+    out = []
+    if oom is not None:
+        short = oom.short_by
+        numbers = ""
+        if oom.requested is not None:
+            numbers = (f": it asked for {oom.requested / GIB:.2f} GiB with {oom.free / GIB:.2f} GiB free on GPU "
+                       f"{oom.gpu}, {short / GIB:.2f} GiB short")
+        out.append(Finding("smoke.memory.oom", Status.FAIL, f"The job ran out of GPU memory in {oom.phase}{numbers}. "
+                           f"The full run would stop there at its first step ({oom.line})",
+                           fix or "Run `slime-check plan` on the script and turn the knob it names for that phase.",
+                           DOC))
+    if not gpus:
+        if oom is None:
+            out.append(Finding("smoke.memory", Status.WARN, "no GPU memory was read (NVML not found): the peak was "
+                               "not measured.", "Run the memory-faithful smoke on the GPU machine.", DOC))
+        return out
+    rows = compare(gpus, plan)
+    if oom is None and rows:
+        peak = rows[0]
+        total = next(g["total_bytes"] for g in gpus if g["gpu"] == peak["gpu"])
+        parts = [f"{r['what']} {r['measured_bytes'] / GIB:.2f} GiB"
+                 + (f" (plan {r['predicted_bytes'] / GIB:.2f}, {r['error']:+.0%})" if r["error"] is not None else "")
+                 for r in rows]
+        status = Status.WARN if peak["measured_bytes"] > 0.9 * total else Status.PASS
+        out.append(Finding("smoke.memory", status, f"GPU {peak['gpu']} of {total / GIB:.1f} GiB, taken by the run: "
+                           + "; ".join(parts) + ".",
+                           "" if status is Status.PASS else "Within 10% of the card: a longer prompt or a "
+                           "fragmented allocator can tip it over; see `slime-check plan` for the knob.", DOC))
+        off = [r for r in rows if r["error"] is not None and abs(r["error"]) > AGREEMENT]
+        if off:
+            out.append(Finding("smoke.memory.plan", Status.WARN, "plan's prediction is off by more than 10%: "
+                               + "; ".join(f"{r['what']} {r['error']:+.0%}" for r in off) + ".",
+                               "Trust the measured figure; report the job's flags so plan's estimate can be "
+                               "corrected.", DOC))
+    lengths = [x for x in response_length if x is not None]
+    if cap and lengths and min(lengths) < 0.95 * cap:
+        out.append(Finding("smoke.memory.length", Status.WARN, f"answers averaged {min(lengths):.0f} of the "
+                           f"{cap} tokens --rollout-max-response-len allows: the peak was measured on shorter "
+                           "sequences than the job's worst case.",
+                           "A custom generate function that builds its own sampling parameters is not forced "
+                           "to full length; pass sampling_params through to SGLang.", DOC))
+    return out

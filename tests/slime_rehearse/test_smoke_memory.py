@@ -1,0 +1,291 @@
+"""The memory-faithful smoke (``slime-check smoke --memory``): the job kept at its memory-setting sizes,
+answers forced to full length, each GPU's peak per phase, plan's prediction beside it, and an OOM
+named by its phase and by how much (slime_rehearse.gpu_memory, slime_rehearse.smoke_memory)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from slime_rehearse.gpu_memory import (
+    ROLLOUT,
+    STARTUP,
+    TRAIN,
+    Trace,
+    find_oom,
+    generate_windows,
+    phase_peaks,
+)
+from slime_rehearse.smoke_job import Job, SmokeOptions, shrink
+from slime_rehearse.smoke_memory import card_for, compare, memory_findings, predicted
+
+TESTS = Path(__file__).resolve().parents[1]
+GIB, MIB = 2**30, 2**20
+CLI = [sys.executable, "-c", "from slime_rehearse.cli import main; main()"]
+
+
+def _frame(path: str, func: str) -> str:
+    return f'  File "{path}", line 1, in {func}\n    code()\n'
+
+
+def _traceback(*frames: tuple[str, str], last: str) -> str:
+    return "Traceback (most recent call last):\n" + "".join(_frame(p, f) for p, f in frames) + last + "\n"
+
+
+TORCH_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.27 GiB. GPU 0 has a total capacity of "
+             "79.18 GiB of which 2.50 GiB is free. Including non-PyTorch memory, this process has 76.1 GiB in use.")
+
+
+# ---------------------------------------------------------------------------------------------
+# an out-of-memory error: the phase and the numbers
+
+
+def test_the_numbers_of_a_real_gpu_oom_are_read_exactly():
+    log = gzip.decompress((TESTS / "fixtures" / "gpu_memory" / "h100-slime-ref-colocated-oom.log.gz").read_bytes())
+    oom = find_oom(log.decode())
+    assert oom.requested == 458 * MIB and oom.free == int(340.75 * MIB) and oom.gpu == 0
+    assert oom.short_by == 458 * MIB - int(340.75 * MIB)
+    assert oom.capacity == int(79.18 * GIB)
+
+
+def test_a_log_prob_pass_is_named_though_it_runs_inside_train_and_megatrons_forward_backward():
+    log = _traceback(("slime/ray/actor.py", "train"), ("slime/backends/megatron_utils/actor.py", "compute_log_prob"),
+                     ("megatron/core/pipeline_parallel/schedules.py", "forward_backward_no_pipelining"),
+                     ("torch/nn/functional.py", "linear"), last=TORCH_OOM)
+    assert find_oom(log).phase == "the log-prob pass"
+
+
+@pytest.mark.parametrize("frames, phase", [
+    ([("slime/backends/megatron_utils/actor.py", "train_actor"), ("slime/backends/megatron_utils/model.py",
+                                                                    "train_one_step"), ("torch/autograd/__init__.py",
+                                                                                        "backward")],
+     "the training step"),
+    ([("slime/backends/megatron_utils/actor.py", "update_weights"), ("torch/distributed/c10d.py", "broadcast")],
+     "the weight update"),
+    ([("sglang/srt/model_executor/cuda_graph_runner.py", "capture"),
+      ("sglang/srt/model_executor/cuda_graph_runner.py", "capture_one_batch_size")],
+     "SGLang's CUDA-graph capture (engine start)"),
+    ([("sglang/srt/managers/scheduler.py", "event_loop_normal"), ("sglang/srt/managers/scheduler.py", "run_batch")],
+     "the rollout (SGLang)"),
+])
+def test_each_phase_is_named_from_the_frames(frames, phase):
+    assert find_oom(_traceback(*frames, last=TORCH_OOM)).phase == phase
+
+
+def test_sglangs_kv_pool_refusal_and_the_memory_savers_error_are_oom_phases():
+    kv = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: 0.95"
+    assert find_oom(kv).phase == "SGLang's KV pool (engine start)" and find_oom(kv).requested is None
+    saver = "[torch_memory_saver.cpp] CUresult error: 2 (out of memory) file=csrc/core.cpp"
+    assert find_oom(saver).phase == "the switch between rollout and training"
+
+
+def test_without_telling_frames_the_phase_is_where_the_peak_was():
+    log = _traceback(("torch/nn/functional.py", "linear"), last=TORCH_OOM)
+    assert find_oom(log, [(10.0, 20.0)], at=15.0).phase == ROLLOUT
+    assert find_oom(log, [(10.0, 20.0)], at=25.0).phase == TRAIN
+    assert find_oom(log).phase == "an unknown phase"
+    assert find_oom("all fine\n") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# phases and peaks
+
+
+def test_generate_calls_from_several_processes_merge_into_rollout_windows(tmp_path):
+    marks = tmp_path / "memory"
+    marks.mkdir()
+    (marks / "generate.11").write_text("10.0 12.0\n30.0 31.0\nnot a line\n")
+    (marks / "generate.12").write_text("11.5 14.0\n")
+    assert generate_windows(tmp_path) == [(10.0, 14.0), (30.0, 31.0)]
+
+
+def test_each_phase_keeps_its_own_peak_per_gpu():
+    trace = Trace(times=[1.0, 5.0, 6.0, 9.0, 12.0], used=[[3, 1], [40, 2], [55, 2], [20, 9], [35, 4]],
+                  total=[80, 80], baseline=[1, 1])
+    gpus = phase_peaks(trace, [(4.0, 7.0)])
+    assert gpus[0] == {"gpu": 0, "total_bytes": 80, "baseline_bytes": 1, "peak_bytes": 55,
+                       "phases": {STARTUP: 3, ROLLOUT: 55, TRAIN: 35}}
+    assert gpus[1]["phases"] == {STARTUP: 1, ROLLOUT: 2, TRAIN: 9}
+
+
+# ---------------------------------------------------------------------------------------------
+# plan beside the measurement
+
+
+def test_the_card_is_known_by_nvidias_size_else_taken_as_measured():
+    assert card_for(81559 * MIB).name == "H100-80GB"
+    assert card_for(143771 * MIB).name == "H200-141GB"
+    other = card_for(50000 * MIB)
+    assert other.usable == (50000 - 600) * MIB and other.smi_mib == 50000
+
+
+def _job(response: int = 1024, max_tokens: int = 8192) -> list[str]:
+    return ["--hf-checkpoint", "/models/q", "--prompt-data", "/data/p.jsonl", "--num-layers", "28", "--hidden-size",
+            "1024", "--ffn-hidden-size", "3072", "--num-attention-heads", "16", "--group-query-attention",
+            "--num-query-groups", "8", "--kv-channels", "128", "--vocab-size", "151936", "--swiglu", "--qk-layernorm",
+            "--colocate", "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", "--rollout-batch-size", "32",
+            "--n-samples-per-prompt", "8", "--global-batch-size", "256", "--rollout-max-response-len", str(response),
+            "--rollout-max-prompt-len", "256", "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(max_tokens),
+            "--sglang-mem-fraction-static", "0.7", "--recompute-granularity", "full", "--recompute-method",
+            "uniform", "--recompute-num-layers", "1", "--eval-prompt-data", "aime", "/data/aime.jsonl",
+            "--eval-interval", "5", "--use-kl-loss", "--ref-load", "/models/q"]
+
+
+def test_slime_ref_is_predicted_with_its_training_state_on_the_gpu_during_the_rollout():
+    from slime_common.registry import load_registry
+
+    card = card_for(81559 * MIB)
+    slime = predicted(_job(), load_registry("v0.3.1"), "v0.3.1", card)
+    ref = predicted(_job(), load_registry("v0.3.1"), "v0.3.1", card, engine="slime-ref")
+    # Qwen3-0.6B: 596,049,920 parameters; bf16 weights (2), bf16 gradients (2: no fp32 flag), Adam 12, DP 1;
+    # Megatron pads each buffer a little, so the state is within 0.1% of 16 bytes a parameter
+    state = ref["rollout"] - slime["rollout"] + 0.5 * GIB  # plan's sleeping trainer (0.5 GiB) is replaced
+    assert state == pytest.approx(16 * 596_049_920, rel=1e-3)
+    assert ref["train"] == slime["train"]
+
+
+def test_the_busiest_gpu_is_compared_net_of_what_was_in_use_before():
+    gpus = [{"gpu": 0, "total_bytes": 80 * GIB, "baseline_bytes": 1 * GIB, "peak_bytes": 51 * GIB,
+             "phases": {STARTUP: 30 * GIB, ROLLOUT: 51 * GIB, TRAIN: 41 * GIB}}]
+    plan = {"peak": 45 * GIB, "rollout": 45 * GIB, "train": 44 * GIB}
+    rows = {r["what"]: r for r in compare(gpus, plan)}
+    assert rows["peak"]["measured_bytes"] == 50 * GIB and rows["peak"]["error"] == pytest.approx(-0.1)
+    assert rows[TRAIN]["error"] == pytest.approx(0.1) and rows[STARTUP]["predicted_bytes"] is None
+    findings = memory_findings(gpus, plan, None, [1024.0], 1024)
+    assert [(f.id, f.status.name) for f in findings] == [("smoke.memory", "PASS")]
+    off = memory_findings(gpus, {**plan, "train": 30 * GIB}, None, [600.0], 1024)
+    assert [(f.id, f.status.name) for f in off] == [("smoke.memory", "PASS"), ("smoke.memory.plan", "WARN"),
+                                                    ("smoke.memory.length", "WARN")]
+    assert "-25%" in off[1].finding
+
+
+def test_an_oom_fails_naming_the_phase_how_much_was_missing_and_plans_knob():
+    oom = find_oom(_traceback(("slime/backends/megatron_utils/model.py", "train_one_step"), last=TORCH_OOM))
+    findings = memory_findings([], None, oom, [], 1024, fix="--max-tokens-per-gpu 4096 -> 4.6 GiB less")
+    assert [(f.id, f.status.name) for f in findings] == [("smoke.memory.oom", "FAIL")]
+    text = findings[0].finding
+    assert "the training step" in text and "asked for 9.27 GiB with 2.50 GiB free on GPU 0, 6.77 GiB short" in text
+    assert findings[0].fix == "--max-tokens-per-gpu 4096 -> 4.6 GiB less"
+
+
+# ---------------------------------------------------------------------------------------------
+# the shrunk job
+
+
+def test_a_memory_faithful_job_keeps_what_sets_the_peak_and_fills_one_micro_batch(tmp_path):
+    job = Job("train.py", _job(response=1024, max_tokens=16384), "argv", {})
+    s = shrink(job, SmokeOptions(out=tmp_path, engine="slime-ref", memory=True, rollouts=1), Path("/models/q"),
+               {"prompt": tmp_path / "p.jsonl"})
+    argv = s.argv
+
+    def value(flag):
+        return argv[len(argv) - 1 - argv[::-1].index(flag) + 1]
+
+    # 16384 tokens hold 12 samples of 256 + 1024: two prompts of 8 (one whole group and the rest)
+    assert value("--rollout-batch-size") == "2" and value("--n-samples-per-prompt") == "8"
+    assert value("--global-batch-size") == "16" and value("--rollout-max-response-len") == "1024"
+    for kept in ("--max-tokens-per-gpu", "--recompute-granularity", "--sglang-mem-fraction-static", "--num-layers",
+                 "--hidden-size", "--actor-num-gpus-per-node", "--ref-load"):
+        assert kept in argv, kept
+    assert value("--hf-checkpoint") == "/models/q"
+    assert "--check-weight-update-equal" not in argv and "--eval-prompt-data" not in argv
+    assert value("--custom-generate-function-path") == "slime_smoke_hooks.h_full_length_generate"
+    assert s.hooks["h_full_length_generate"] == ("--custom-generate-function-path",
+                                                 "slime.rollout.sglang_rollout.generate")
+
+
+def test_a_jobs_own_generate_function_is_the_one_forced_to_full_length(tmp_path):
+    job = Job("train.py", _job() + ["--custom-generate-function-path", "my.gen.generate"], "argv", {})
+    s = shrink(job, SmokeOptions(out=tmp_path, engine="slime", memory=True), Path("/models/q"),
+               {"prompt": tmp_path / "p.jsonl"})
+    assert list(s.hooks.values()) == [("--custom-generate-function-path", "my.gen.generate")]
+    assert s.argv.count("--custom-generate-function-path") == 1
+
+
+def test_the_generate_wrapper_sets_ignore_eos_and_records_its_window(tmp_path, monkeypatch):
+    from slime_rehearse.smoke_runtime import wrap
+
+    (tmp_path / "gen_mod.py").write_text(textwrap.dedent("""
+        seen = []
+        async def generate(args, sample, sampling_params):
+            seen.append(dict(sampling_params))
+            return sample
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    calls, marks = tmp_path / "calls", tmp_path / "memory"
+    calls.mkdir()
+    marks.mkdir()
+    config = {"calls": str(calls), "real_slime": True, "full_length": True, "marks": str(marks)}
+    fn = wrap("h0", ("--custom-generate-function-path", "gen_mod.generate"), config)
+    asyncio.run(fn(None, "s", {"max_new_tokens": 8}))
+    asyncio.run(fn(None, "s", sampling_params={"max_new_tokens": 8, "ignore_eos": False}))
+    import gen_mod
+
+    assert gen_mod.seen == [{"max_new_tokens": 8, "ignore_eos": True}] * 2
+    assert len(generate_windows(tmp_path)) >= 1 and len(list(marks.glob("generate.*"))) == 1
+
+
+def test_offloaded_sglang_engines_start_with_the_memory_saver(monkeypatch, caplog):
+    import importlib.util
+    from types import SimpleNamespace
+
+    from slime_ref.ray import rollout_manager
+    from slime_ref.ray.rollout_manager import sglang_passthrough
+
+    args = SimpleNamespace(offload_rollout=True, sglang_extra={"sglang_mem_fraction_static": 0.7})
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(rollout_manager.importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "torch_memory_saver" else real_find_spec(name, *a))
+    assert sglang_passthrough(args, "sglang")["sglang_enable_memory_saver"] is True
+    monkeypatch.setattr(rollout_manager.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch_memory_saver" else real_find_spec(name, *a))
+    assert "sglang_enable_memory_saver" not in sglang_passthrough(args, "sglang")  # SGLang would refuse to start
+    assert "torch_memory_saver is not installed" in caplog.text
+    monkeypatch.undo()
+    assert "sglang_enable_memory_saver" not in sglang_passthrough(args, "builtin")
+    assert "sglang_enable_memory_saver" not in sglang_passthrough(SimpleNamespace(offload_rollout=False,
+                                                                                  sglang_extra={}), "sglang")
+
+
+def test_memory_without_a_gpu_is_a_usage_error_naming_the_flag(tmp_path):
+    done = subprocess.run([*CLI, "smoke", "--memory", "--out", str(tmp_path / "o"), "--", "--hf-checkpoint", "x"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--memory" in done.stderr and "GPU" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end on slime-ref (CPU: the built-in engine; NVML absent, so nothing is measured)
+
+
+def test_a_memory_faithful_rehearsal_forces_every_answer_to_full_length(tmp_path):
+    from slime_common.registry import load_registry
+    from slime_ref.assets import make_tiny
+    from slime_rehearse.rehearsal import run_smoke
+
+    tiny = make_tiny(tmp_path / "tiny")
+    argv = ["--hf-checkpoint", str(tiny.model_dir), "--prompt-data", str(tiny.train_path), "--input-key", "prompt",
+            "--label-key", "label", "--apply-chat-template", "--rm-type", "math", "--num-rollout", "100",
+            "--rollout-batch-size", "8", "--n-samples-per-prompt", "4", "--global-batch-size", "32",
+            "--rollout-max-response-len", "24", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "256",
+            "--colocate", "--actor-num-gpus-per-node", "1"]
+    out = Path(__import__("tempfile").mkdtemp(prefix="smm-", dir="/tmp"))  # short: Ray's socket paths
+    findings, report = run_smoke(argv, SmokeOptions(out=out, engine="slime-ref", memory=True, rollouts=1,
+                                                    registry=load_registry("v0.3.1"), target="v0.3.1", force=True),
+                                 None)
+    status = {f.id: f.status.name for f in findings}
+    assert report["returncode"] == 0, (out / "smoke.log").read_text()[-3000:]
+    assert report["response_length"] == [24.0]  # every answer ran to --rollout-max-response-len
+    assert report["hooks"]["slime.rollout.sglang_rollout.generate"]["calls"] == 12  # 3 prompts x 4
+    assert report["memory"]["rollout_windows"] and report["memory"]["gpus"] == []
+    assert status["smoke.memory"] == "WARN" and "smoke.truncation" not in status
+    assert json.loads((out / "hooks" / "smoke_hooks.json").read_text())["full_length"] is True
+    __import__("shutil").rmtree(out, ignore_errors=True)
