@@ -12,6 +12,7 @@ data (:mod:`slime_ref.rollout.train_data`) and the metrics (:mod:`slime_ref.roll
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import time
@@ -45,9 +46,37 @@ def resolve_engine(args) -> str:
     return "sglang" if torch.cuda.is_available() and importlib.util.find_spec("sglang") else "builtin"
 
 
-def sglang_passthrough(args) -> dict:
-    """Every ``--sglang-*`` value given on the command line (kept by the parser as ``args.sglang_extra``)."""
-    return dict(getattr(args, "sglang_extra", {}) or {})
+def sglang_passthrough(args, engine: str = "builtin") -> dict:
+    """Every ``--sglang-*`` value given on the command line (kept by the parser as ``args.sglang_extra``).
+
+    Real SGLang engines that are offloaded (``--offload-rollout``, on with ``--colocate``) start with
+    SGLang's memory saver, as slime's do (``enable_memory_saver = args.offload_rollout``): without it
+    ``/release_memory_occupation`` frees nothing, and training runs beside the engine's whole static
+    pool. Breakable prefill CUDA graphs cannot run under the saver; they are turned off where this
+    SGLang has them and the job did not choose a backend."""
+    flags = dict(getattr(args, "sglang_extra", {}) or {})
+    if engine == "sglang" and args.offload_rollout:
+        if importlib.util.find_spec("torch_memory_saver") is None:
+            # SGLang would refuse to start; without it the engine keeps its pool through training
+            logger.warning("torch_memory_saver is not installed: offloaded SGLang engines keep their weights, "
+                           "KV pool and CUDA graphs on the GPU while the trainer runs (pip install "
+                           "torch_memory_saver, as slime's image has)")
+            return flags
+        flags.setdefault("sglang_enable_memory_saver", True)
+        if "sglang_cuda_graph_backend_prefill" not in flags and _sglang_has_field("cuda_graph_backend_prefill"):
+            flags["sglang_cuda_graph_backend_prefill"] = "disabled"
+    return flags
+
+
+def _sglang_has_field(name: str) -> bool:
+    """True when this SGLang's ServerArgs has ``name`` (SGLang adds and renames settings between releases)."""
+    import dataclasses
+
+    try:
+        from sglang.srt.server_args import ServerArgs
+    except ImportError:
+        return False
+    return name in {f.name for f in dataclasses.fields(ServerArgs)}
 
 
 class EngineActor:
@@ -72,7 +101,7 @@ class EngineActor:
             num_engines=1,
             engine=engine,
             host=node_address(),
-            sglang_flags=sglang_passthrough(args),
+            sglang_flags=sglang_passthrough(args, engine),
             with_router=False,
             random_seed=args.seed + self.index,
             gpus_per_engine=args.rollout_num_gpus_per_engine,
