@@ -152,6 +152,16 @@ def prereqs(data: dict) -> str:
             f"(target {data['target_s']:.0f} s)")
 
 
+def memory_fit(data: dict) -> str:
+    m = data["measured"]
+    ref, slime = m["slime-ref q06-1k-8k"], m["slime q06-1k-8k"]
+    return (f"q06-1k-8k, 1 process each: slime v0.3.1 start-up {slime['start_up_net_gib']:.2f} GiB against plan's "
+            f"{slime['plan_peak_gib']:.2f} ({100 * slime['error']:+.1f}%; its step not reached in time); slime-ref "
+            f"rollout {ref['rollout_net_gib']:.2f} GiB against {ref['rollout_predicted_gib_for_slime_ref']:.2f} "
+            f"({100 * ref['rollout_error']:+.1f}%), then out of memory in training (its SGLang kept the pool; "
+            f"fixed, not re-measured); 5 configurations and the OOM one not yet measured")
+
+
 FINAL = "gpu-final-h200-*.json"
 ROWS = [
     Row("`train_throughput.py`, 8 x 1024", FINAL, training("8x1024"),
@@ -180,6 +190,8 @@ ROWS = [
     Row("`smoke_examples.py` (slime v0.3.1's `examples/`)", "smoke-examples-v0.3.1-cpu.json", smoke_examples,
         "`python bench/smoke_examples.py --slime-mirror SLIME_GIT_DIR`", card="CPU, 2 cores",
         commit="65c4cad recorded"),
+    Row("`gpu/memory_fit.py` (`smoke --memory` beside `plan`)", "memory-fit-h100-*.json", memory_fit,
+        "`python3 bench/gpu/memory_fit.py --configs q06-1k-8k --engine slime-ref` (then `slime`)"),
     Row("`slime_check_prereqs.py --slime-dir`", "slime-check-prereqs-cpu-*.json", prereqs,
         "`python bench/slime_check_prereqs.py --runs 5 --slime-dir SLIME_CHECKOUT`", card="CPU, 2 cores",
         commit="d712e81 recorded"),

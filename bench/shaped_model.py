@@ -21,7 +21,12 @@ QWEN3_0_6B_SHAPE = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3
 QWEN2_5_0_5B_SHAPE = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                           num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
                           rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False)
+QWEN3_1_7B_SHAPE = {**QWEN3_0_6B_SHAPE, "hidden_size": 2048, "intermediate_size": 6144}
+QWEN3_4B_SHAPE = {**QWEN3_0_6B_SHAPE, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
+                  "num_attention_heads": 32}
 SHAPES = {"qwen3-0.6B": ("Qwen3Config", "Qwen3ForCausalLM", QWEN3_0_6B_SHAPE),
+          "qwen3-1.7B": ("Qwen3Config", "Qwen3ForCausalLM", QWEN3_1_7B_SHAPE),
+          "qwen3-4B": ("Qwen3Config", "Qwen3ForCausalLM", QWEN3_4B_SHAPE),
           "qwen2.5-0.5B": ("Qwen2Config", "Qwen2ForCausalLM", QWEN2_5_0_5B_SHAPE)}
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
              head_dim=32)

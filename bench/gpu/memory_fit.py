@@ -1,0 +1,194 @@
+"""Will it fit, measured: `slime-check smoke --memory` on one GPU for Qwen3-shaped jobs, each GPU's
+measured peak beside `slime-check plan`'s prediction. One JSON per process, and a summary.
+
+    python bench/gpu/memory_fit.py --configs q06-1k-8k q06-1k-16k --engine slime-ref --out $OUT
+    python bench/gpu/memory_fit.py --configs q17-1k-8k-rc --engine slime --out $OUT   # after install_slime_set.sh
+
+Each configuration is a colocated GRPO job on one GPU (the skill's small template's flags) with random
+bf16 weights of the named Qwen3 shape, built here by bench/shaped_model.py. The smoke forces every
+answer to --rollout-max-response-len and trains on enough samples to fill the job's largest
+micro-batch, so the measured peak is the job's step-1 peak. A configuration whose name ends in
+``-oom`` is built to run out of memory: plan must FAIL it and the smoke must name the phase.
+
+Environment: SLIME_DIR and MEGATRON_DIR for --engine slime (bench/gpu/install_slime_set.sh's env.sh),
+SLIME_REF_PYTHONPATH (megatron-core for slime-ref) for --engine slime-ref.
+Afterwards, here: python bench/gpu/memory_fit.py --summarize $OUT/memory-fit-*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# slime's scripts/models/qwen3-*.sh, without the shape numbers (added per shape below)
+QWEN3_FLAGS = ["--swiglu", "--group-query-attention", "--num-query-groups", "8", "--use-rotary-position-embeddings",
+               "--disable-bias-linear", "--normalization", "RMSNorm", "--norm-epsilon", "1e-6", "--rotary-base",
+               "1000000", "--vocab-size", "151936", "--kv-channels", "128", "--qk-layernorm"]
+SHAPES = {  # shape name: (layers, hidden, ffn, heads)
+    "qwen3-0.6B": (28, 1024, 3072, 16),
+    "qwen3-1.7B": (28, 2048, 6144, 16),
+    "qwen3-4B": (36, 2560, 9728, 32),
+}
+# name: (shape, response length, --max-tokens-per-gpu, recompute, --sglang-mem-fraction-static)
+CONFIGS = {
+    "q06-1k-8k": ("qwen3-0.6B", 1024, 8192, False, 0.7),
+    "q06-1k-16k": ("qwen3-0.6B", 1024, 16384, False, 0.7),
+    "q06-8k-16k-rc": ("qwen3-0.6B", 8192, 16384, True, 0.7),
+    "q17-1k-8k-rc": ("qwen3-1.7B", 1024, 8192, True, 0.7),
+    "q17-1k-16k": ("qwen3-1.7B", 1024, 16384, False, 0.7),
+    "q4-1k-8k-rc": ("qwen3-4B", 1024, 8192, True, 0.7),
+    "q4-1k-64k-oom": ("qwen3-4B", 1024, 65536, False, 0.7),
+}
+# What the GPU machine's offline set needs (bench/README.md): no TransformerEngine, triton attention.
+SET_FLAGS = ["--transformer-impl", "local", "--spec", "te_named_local_spec", "te_named_local_spec",
+             "--no-rope-fusion", "--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion",
+             "--no-persist-layer-norm", "--sglang-attention-backend", "triton", "--sglang-sampling-backend",
+             "pytorch", "--sglang-grammar-backend", "none"]
+
+
+def job_argv(name: str, model: Path, data: Path) -> list[str]:
+    shape, response, max_tokens, recompute, fraction = CONFIGS[name]
+    layers, hidden, ffn, heads = SHAPES[shape]
+    return [
+        "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", "--colocate", "--num-gpus-per-node", "1",
+        "--num-layers", str(layers), "--hidden-size", str(hidden), "--ffn-hidden-size", str(ffn),
+        "--num-attention-heads", str(heads), *QWEN3_FLAGS,
+        "--hf-checkpoint", str(model), "--ref-load", str(model),
+        "--prompt-data", str(data), "--input-key", "prompt", "--label-key", "label", "--apply-chat-template",
+        "--rm-type", "deepscaler", "--num-rollout", "100", "--rollout-batch-size", "8",
+        "--n-samples-per-prompt", "8", "--global-batch-size", "64", "--rollout-max-response-len", str(response),
+        "--rollout-max-prompt-len", "256", "--rollout-temperature", "1",
+        "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1", "--context-parallel-size", "1",
+        "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(max_tokens),
+        *(["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+          if recompute else []),
+        "--advantage-estimator", "grpo", "--use-kl-loss", "--kl-loss-coef", "0.00", "--kl-loss-type", "low_var_kl",
+        "--entropy-coef", "0.00", "--eps-clip", "0.2", "--eps-clip-high", "0.28",
+        "--optimizer", "adam", "--lr", "1e-6", "--lr-decay-style", "constant", "--weight-decay", "0.1",
+        "--adam-beta1", "0.9", "--adam-beta2", "0.98",
+        "--rollout-num-gpus-per-engine", "1", "--sglang-mem-fraction-static", str(fraction),
+        "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--accumulate-allreduce-grads-in-fp32",
+        "--attention-softmax-in-fp32", "--attention-backend", "flash", *SET_FLAGS,
+    ]
+
+
+def build_model(work: Path, shape: str) -> tuple[Path, Path]:
+    """(the checkpoint, the prompts) for ``shape``, built once per machine."""
+    out = work / shape
+    info = work / f"{shape}.json"
+    if not info.is_file():
+        done = subprocess.run([sys.executable, str(REPO / "bench" / "shaped_model.py"), "--shape", shape, "--out",
+                               str(out), "--tiny", str(work / "tiny")], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": f"{REPO / 'reference_impl'}:{REPO / 'bench'}"})
+        if done.returncode != 0:
+            raise SystemExit(f"building {shape} failed:\n{done.stderr[-2000:]}")
+        info.write_text(done.stdout.strip().splitlines()[-1])
+    built = json.loads(info.read_text())
+    return Path(built["model"]), Path(built["train_data"])
+
+
+def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s: float,
+            extra: list[str] = ()) -> dict:
+    shape = CONFIGS[name][0]
+    model, data = build_model(work, shape)
+    smoke_out = work / f"smoke-{name}-{engine}-{index}"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "reference_impl"), PYTHONUNBUFFERED="1")
+    extra_path = [str(REPO / "bench" / "gpu")]
+    cmd = [sys.executable, "-m", "slime_rehearse.cli", "smoke", "--memory", "--with", engine, "--rollouts", "1",
+           "--timeout", str(timeout_s), "--out", str(smoke_out), "--force", "--json"]
+    if engine == "slime":
+        cmd += ["--slime-dir", os.environ["SLIME_DIR"]]
+        extra_path.insert(0, os.environ["MEGATRON_DIR"])
+    elif os.environ.get("SLIME_REF_PYTHONPATH"):
+        extra_path.insert(0, os.environ["SLIME_REF_PYTHONPATH"])
+    cmd += ["--env", "PYTHONPATH=" + ":".join(extra_path), "--env", "CUDA_DEVICE_MAX_CONNECTIONS=1",
+            "--", *job_argv(name, model, data), *extra]
+    t0 = time.time()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s + 120)
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        report = {"stdout_tail": done.stdout[-3000:], "stderr_tail": done.stderr[-3000:]}
+    result = {"config": name, "engine": engine, "process": index, "returncode": done.returncode,
+              "extra_flags": list(extra),
+              "wall_s": round(time.time() - t0, 1), "shape": shape,
+              "response_len": CONFIGS[name][1], "max_tokens_per_gpu": CONFIGS[name][2],
+              "recompute": CONFIGS[name][3], "mem_fraction": CONFIGS[name][4], "colocate": True,
+              "memory": (report.get("run") or {}).get("memory"),
+              "findings": [f for f in report.get("findings", []) if f.get("id", "").startswith(("smoke.memory",
+                                                                                                 "smoke.run", "log."))],
+              "response_length": (report.get("run") or {}).get("response_length")}
+    if "stdout_tail" in report:
+        result["raw"] = report
+    (out / f"memory-fit-{name}-{engine}-{index}.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def summarize(paths: list[Path]) -> dict:
+    """Per configuration and engine: the median measured peak of its processes with the spread, plan's
+    prediction and the error; an -oom configuration: whether plan FAILed it and the smoke named the phase."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for path in paths:
+        r = json.loads(path.read_text())
+        groups.setdefault((r["config"], r["engine"]), []).append(r)
+    rows = []
+    for (name, engine), runs in sorted(groups.items()):
+        measured = [c["measured_bytes"] for r in runs for c in ((r.get("memory") or {}).get("compared") or [])
+                    if c["what"] == "peak"]
+        predicted = next((c["predicted_bytes"] for r in runs for c in ((r.get("memory") or {}).get("compared") or [])
+                          if c["what"] == "peak"), None)
+        oom = [(r.get("memory") or {}).get("oom") for r in runs]
+        row = {"config": name, "engine": engine, "processes": len(runs), **{k: runs[0][k] for k in (
+            "shape", "response_len", "max_tokens_per_gpu", "recompute", "mem_fraction", "colocate")}}
+        if measured:
+            med = statistics.median(measured)
+            row.update({"measured_peak_gib": round(med / 2**30, 2),
+                        "spread_gib": round((max(measured) - min(measured)) / 2**30, 2),
+                        "predicted_peak_gib": round(predicted / 2**30, 2) if predicted else None,
+                        "error": round((predicted - med) / med, 3) if predicted else None})
+        if any(oom):
+            row["oom_phase"] = next(o["phase"] for o in oom if o)
+            row["oom_short_by_gib"] = next((round(o["short_by"] / 2**30, 2) for o in oom if o and o.get("short_by")),
+                                           None)
+        rows.append(row)
+    return {"rows": rows}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=[])
+    p.add_argument("--engine", choices=["slime-ref", "slime"], default="slime-ref")
+    p.add_argument("--repeat", type=int, default=1, help="separate processes per configuration")
+    p.add_argument("--first-index", type=int, default=1)
+    p.add_argument("--work", type=Path, default=Path("/tmp/memory-fit"))
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    p.add_argument("--timeout", type=float, default=420)
+    p.add_argument("--extra-flags", default="", metavar="'FLAGS'",
+                   help="more train.py flags for every job, e.g. '--sglang-cuda-graph-max-bs 16'")
+    p.add_argument("--summarize", nargs="+", type=Path, default=None, metavar="JSON")
+    a = p.parse_args()
+    if a.summarize:
+        print(json.dumps(summarize(a.summarize), indent=1))
+        return
+    a.work.mkdir(parents=True, exist_ok=True)
+    a.out.mkdir(parents=True, exist_ok=True)
+    for i in range(a.first_index, a.first_index + a.repeat):
+        for name in a.configs:
+            r = run_one(name, a.engine, a.work, a.out, i, a.timeout, a.extra_flags.split())
+            peak = next((c for c in ((r.get("memory") or {}).get("compared") or []) if c["what"] == "peak"), None)
+            print(f"{name} {a.engine} #{i}: rc={r['returncode']} {r['wall_s']} s"
+                  + (f" measured {peak['measured_bytes'] / 2**30:.2f} GiB plan "
+                     f"{(peak['predicted_bytes'] or 0) / 2**30:.2f} GiB" if peak else "")
+                  + (f" OOM in {r['memory']['oom']['phase']}" if (r.get("memory") or {}).get("oom") else ""),
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
