@@ -125,6 +125,7 @@ NOT_FAST = {  # tests in FAST_MODULES that start a process or a server (the guar
     "tests/slime_rehearse/test_smoke_jobs.py::test_ray_starts_under_any_out_path[42]",
     "tests/slime_rehearse/test_smoke_memory.py::test_a_memory_faithful_rehearsal_forces_every_answer_to_full_length",
     "tests/slime_rehearse/test_smoke_memory.py::test_memory_without_a_gpu_is_a_usage_error_naming_the_flag",
+    "tests/slime_rehearse/test_smoke_memory.py::test_with_slime_a_training_oom_fails_naming_the_step_and_the_missing_gib",
     "tests/slime_rehearse/test_smoke_jobs.py::test_ray_starts_under_any_out_path[47]",
     "tests/slime_rehearse/test_smoke_verdict.py::test_coverage_measures_a_hook_on_a_thread_started_before_the_hooks_import",
     "tests/slime_ref/test_tracking.py::test_plot_without_metrics_exits_2",

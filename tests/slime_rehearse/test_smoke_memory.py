@@ -289,3 +289,44 @@ def test_a_memory_faithful_rehearsal_forces_every_answer_to_full_length(tmp_path
     assert status["smoke.memory"] == "WARN" and "smoke.truncation" not in status
     assert json.loads((out / "hooks" / "smoke_hooks.json").read_text())["full_length"] is True
     __import__("shutil").rmtree(out, ignore_errors=True)
+
+
+OOM_STUB = '''import json, sys
+print("argv " + json.dumps(sys.argv[1:]), flush=True)
+print("ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=8, ip=127.0.0.1)")
+print("Traceback (most recent call last):")
+for path, func in (("/root/slime/slime/backends/megatron_utils/actor.py", "train"),
+                   ("/root/slime/slime/backends/megatron_utils/actor.py", "train_actor"),
+                   ("/root/slime/slime/backends/megatron_utils/model.py", "train_one_step"),
+                   ("/usr/lib/python3/dist-packages/torch/nn/functional.py", "cross_entropy")):
+    print(f'  File "{path}", line 10, in {func}')
+    print("    out = call()")
+print(%r, flush=True)
+sys.exit(1)
+''' % TORCH_OOM
+
+
+def test_with_slime_a_training_oom_fails_naming_the_step_and_the_missing_gib(tmp_path):
+    """--with slime on a stub train.py that prints slime's argv and a training OOM as Ray relays it."""
+    from slime_common.registry import load_registry
+    from slime_rehearse.rehearsal import run_smoke
+
+    slime_dir = tmp_path / "slime"
+    slime_dir.mkdir()
+    (slime_dir / "train.py").write_text(OOM_STUB)
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "1+1?", "label": "2"}\n')
+    argv = [a if a != "/data/p.jsonl" else str(data) for a in _job(response=2048)]
+    out = Path(__import__("tempfile").mkdtemp(prefix="smm-", dir="/tmp"))
+    findings, report = run_smoke(argv, SmokeOptions(out=out, engine="slime", memory=True, rollouts=1, force=True,
+                                                    slime_dir=slime_dir, env={"RAY_ADDRESS": "127.0.0.1:1"},
+                                                    registry=load_registry("v0.3.1"), target="v0.3.1"), None)
+    log = (out / "smoke.log").read_text()
+    ran = json.loads(next(ln for ln in log.splitlines() if ln.startswith("argv "))[5:])
+    assert ran[ran.index("--rollout-max-response-len") + 1] == "2048" and "--num-layers" in ran
+    assert ran[ran.index("--custom-generate-function-path") + 1] == "slime_smoke_hooks.h_full_length_generate"
+    assert "--check-weight-update-equal" not in ran and "--output-dir" not in ran  # slime has no --output-dir
+    oom = next(f for f in findings if f.id == "smoke.memory.oom")
+    assert oom.status.name == "FAIL" and "the training step" in oom.finding and "6.77 GiB short" in oom.finding
+    assert report["memory"]["oom"]["short_by"] == int(9.27 * GIB) - int(2.50 * GIB)
+    __import__("shutil").rmtree(out, ignore_errors=True)
