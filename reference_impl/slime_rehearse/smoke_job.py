@@ -320,7 +320,10 @@ def memory_sizes(items, full: dict) -> tuple[int, int, str]:
         per_micro = as_int(last(items, "--micro-batch-size"), 1) or 1
         why = f"--micro-batch-size {per_micro}"
     samples = max(n, per_micro * dp)
-    prompts = min(-(-samples // n), max(1, full["rollout_batch_size"] or 1))
+    most = max(1, full["rollout_batch_size"] or 1)
+    prompts = min(-(-samples // n), most)
+    while prompts * n % dp and prompts < most:  # every data-parallel rank gets the same number of samples
+        prompts += 1
     return prompts, n, f"{why}, x {dp} data-parallel rank(s)"
 
 

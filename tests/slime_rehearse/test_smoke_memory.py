@@ -301,9 +301,7 @@ for path, func in (("/root/slime/slime/backends/megatron_utils/actor.py", "train
                    ("/usr/lib/python3/dist-packages/torch/nn/functional.py", "cross_entropy")):
     print(f'  File "{path}", line 10, in {func}')
     print("    out = call()")
-print(%r, flush=True)
-sys.exit(1)
-''' % TORCH_OOM
+''' + f"print({TORCH_OOM!r}, flush=True)\nsys.exit(1)\n"
 
 
 def test_with_slime_a_training_oom_fails_naming_the_step_and_the_missing_gib(tmp_path):
@@ -330,3 +328,16 @@ def test_with_slime_a_training_oom_fails_naming_the_step_and_the_missing_gib(tmp
     assert oom.status.name == "FAIL" and "the training step" in oom.finding and "6.77 GiB short" in oom.finding
     assert report["memory"]["oom"]["short_by"] == int(9.27 * GIB) - int(2.50 * GIB)
     __import__("shutil").rmtree(out, ignore_errors=True)
+
+
+def test_samples_fill_every_data_parallel_rank_evenly():
+    from slime_rehearse.smoke_job import memory_sizes, split_flags
+
+    full = {"rollout_batch_size": 32, "n_samples_per_prompt": 6, "max_response_len": 1024}
+    items = split_flags(["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8", "--tensor-model-parallel-size",
+                         "2", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096",
+                         "--rollout-max-prompt-len", "1024"])
+    # DP 4; 4096 tokens hold 2 samples of 2048: 8 samples at least, 12 so that 6-sample groups split over 4 ranks
+    assert memory_sizes(items, full)[:2] == (2, 6)
+    no_dynamic = split_flags(["--actor-num-gpus-per-node", "3", "--micro-batch-size", "2"])
+    assert memory_sizes(no_dynamic, {**full, "n_samples_per_prompt": 4})[:2] == (3, 4)  # 12 over DP 3
