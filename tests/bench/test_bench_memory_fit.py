@@ -1,0 +1,53 @@
+"""bench/gpu/memory_fit.py: its jobs are slime v0.3.1 jobs that plan sizes as intended, and its summary
+gives each configuration's median, spread and error exactly."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
+
+import memory_fit  # noqa: E402
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("name", sorted(memory_fit.CONFIGS))
+def test_each_job_is_slimes_and_plan_fails_exactly_the_one_built_to_oom(name):
+    from slime_common.registry import load_registry
+    from slime_rehearse.smoke_memory import card_for, predicted
+
+    reg = load_registry("v0.3.1")
+    argv = memory_fit.job_argv(name, Path("/models/m"), Path("/data/p.jsonl"))
+    unknown = [a for a in argv if a.startswith("--") and reg.lookup(a) is None]
+    assert unknown == []  # slime silently ignores an unknown flag: every one must be slime's
+    h100 = card_for(81559 * 2**20)
+    peak = predicted(argv, reg, "v0.3.1", h100)["peak"]
+    assert (peak > h100.usable) == name.endswith("-oom"), f"{name}: {peak / GIB:.1f} GiB"
+
+
+def _run(tmp: Path, name: str, index: int, measured_gib: float | None, predicted_gib: float, oom=None) -> Path:
+    compared = [] if measured_gib is None else [{"what": "peak", "measured_bytes": int(measured_gib * GIB),
+                                                  "predicted_bytes": int(predicted_gib * GIB)}]
+    data = {"config": name, "engine": "slime", "process": index, "shape": "qwen3-0.6B", "response_len": 1024,
+            "max_tokens_per_gpu": 8192, "recompute": False, "mem_fraction": 0.7, "colocate": True,
+            "memory": {"compared": compared, "oom": oom}}
+    path = tmp / f"memory-fit-{name}-slime-{index}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_summary_is_the_median_of_the_processes_with_their_spread(tmp_path):
+    paths = [_run(tmp_path, "q06-1k-8k", i, gib, 56.0) for i, gib in enumerate((56.5, 57.5, 57.0))]
+    oom = {"phase": "the training step", "short_by": 7 * GIB}
+    paths.append(_run(tmp_path, "q4-1k-64k-oom", 1, None, 384.0, oom=oom))
+    rows = {r["config"]: r for r in memory_fit.summarize(paths)["rows"]}
+    fit = rows["q06-1k-8k"]
+    assert fit["processes"] == 3 and fit["measured_peak_gib"] == 57.0 and fit["spread_gib"] == 1.0
+    assert fit["predicted_peak_gib"] == 56.0 and fit["error"] == round(-1 / 57, 3)
+    assert rows["q4-1k-64k-oom"]["oom_phase"] == "the training step"
+    assert rows["q4-1k-64k-oom"]["oom_short_by_gib"] == 7.0
