@@ -25,14 +25,7 @@ from pathlib import Path
 
 from slime_check.findings import Finding, Status
 from slime_check.hook_check import preflight_hooks, write_hooks
-from slime_rehearse.gpu_memory import (
-    MARKS_DIR,
-    find_oom,
-    generate_windows,
-    peak_time,
-    phase_peaks,
-    start_sampler,
-)
+from slime_rehearse.gpu_memory import MARKS_DIR, start_sampler
 from slime_rehearse.smoke_assets import (
     build_model,
     hook_counts,
@@ -64,6 +57,7 @@ from slime_rehearse.smoke_launch import (
     slime_ref_cmd,
     start_ray_head,
 )
+from slime_rehearse.smoke_memory import memory_verdict
 from slime_rehearse.smoke_verdict import filter_counts, flat, hook_coverage, stand_in_counts, verdict
 
 # ---------------------------------------------------------------------------------------------
@@ -111,42 +105,26 @@ def slime_log_metrics(log: str, groups: int | None = None) -> list[dict]:
 
 
 def estimate(summary: dict, shrunk: Shrunk, opts: SmokeOptions) -> dict:
-    """A rough scale-up per rollout: the measured seconds per sample and per token, times the full sizes."""
+    """A rough scale-up per rollout: the measured seconds per sample and per token, times the full sizes.
+    A memory-faithful run already has the job's model and lengths: only its sample count is scaled."""
     phase = summary.get("phase_s", {})
     per_rollout = {k: v / max(1, opts.rollouts) for k, v in phase.items()
                    if k in ("rollout", "train", "update_weights")}
-    small = opts.rollout_batch * min(opts.max_samples, shrunk.full["n_samples_per_prompt"] or 1)
     big = (shrunk.full["rollout_batch_size"] or 1) * (shrunk.full["n_samples_per_prompt"] or 1)
-    tokens = (shrunk.full["max_response_len"] or opts.response_cap) / opts.response_cap
-    scale = (big / max(1, small)) * tokens
-    return {"label": "ESTIMATE on this machine with the tiny model, scaled by samples x response length; "
-                     "not a prediction of GPU time for your model",
-            "measured_per_rollout_s": per_rollout, "scale": scale,
+    if opts.memory:
+        items = split_flags(shrunk.argv)
+        small = (as_int(last(items, "--rollout-batch-size"), 1) or 1) * (
+            as_int(last(items, "--n-samples-per-prompt"), 1) or 1)
+        scale = big / small
+        label = "ESTIMATE with your model on this machine, scaled by samples"
+    else:
+        small = opts.rollout_batch * min(opts.max_samples, shrunk.full["n_samples_per_prompt"] or 1)
+        tokens = (shrunk.full["max_response_len"] or opts.response_cap) / opts.response_cap
+        scale = (big / max(1, small)) * tokens
+        label = ("ESTIMATE on this machine with the tiny model, scaled by samples x response length; "
+                 "not a prediction of GPU time for your model")
+    return {"label": label, "measured_per_rollout_s": per_rollout, "scale": scale,
             "estimated_per_rollout_s": sum(per_rollout.values()) * scale}
-
-
-def memory_verdict(job: Job, opts: SmokeOptions, out: Path, trace, log: str, metrics: list[dict],
-                   shrunk: Shrunk) -> tuple[dict, list[Finding]]:
-    """The memory-faithful run's peaks per GPU and phase, plan's prediction beside them, and an OOM."""
-    from slime_rehearse.smoke_memory import card_for, compare, memory_findings, oom_fix, predicted
-
-    windows = generate_windows(out)
-    gpus = phase_peaks(trace, windows) if trace and trace.times else []
-    plan = None
-    if gpus:
-        try:
-            plan = predicted(job.argv, opts.registry, opts.target, card_for(gpus[0]["total_bytes"]), opts.engine)
-        except Exception as e:  # a job plan cannot read still gets its measurement
-            plan = {"error": f"{type(e).__name__}: {e}"}
-    oom = find_oom(log, windows, peak_time(trace) if trace else None)
-    lengths = [flat(r).get("rollout/response_length") for r in metrics if "rollout/raw_reward" in flat(r)]
-    notes = memory_findings(gpus, plan if plan and "error" not in plan else None, oom, lengths,
-                            shrunk.user_max_len, oom_fix(oom, plan) if oom else "")
-    report = {"gpus": gpus, "predicted": plan, "compared": compare(gpus, plan if plan and "error" not in plan
-                                                                   else None),
-              "oom": None if oom is None else {**vars(oom), "short_by": oom.short_by},
-              "rollout_windows": windows}
-    return report, notes
 
 
 # ---------------------------------------------------------------------------------------------

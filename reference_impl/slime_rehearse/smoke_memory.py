@@ -12,8 +12,21 @@ against plan's peak.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from slime_check.findings import Finding, Status
-from slime_rehearse.gpu_memory import GIB, ROLLOUT, STARTUP, TRAIN, OutOfMemory
+from slime_rehearse.gpu_memory import (
+    GIB,
+    ROLLOUT,
+    STARTUP,
+    TRAIN,
+    OutOfMemory,
+    find_oom,
+    generate_windows,
+    peak_time,
+    phase_peaks,
+)
+from slime_rehearse.smoke_verdict import flat
 
 DOC = "skill/references/memory-sizing.md"
 AGREEMENT = 0.10  # plan is held to the measured peak within 10%
@@ -147,3 +160,23 @@ def memory_findings(gpus: list[dict], plan: dict | None, oom: OutOfMemory | None
                            "A custom generate function that builds its own sampling parameters is not forced "
                            "to full length; pass sampling_params through to SGLang.", DOC))
     return out
+
+
+def memory_verdict(job, opts, out: Path, trace, log: str, metrics: list[dict], shrunk) -> tuple[dict, list[Finding]]:
+    """The memory-faithful run's peaks per GPU and phase, plan's prediction beside them, and an OOM.
+    ``trace``: the sampler's (None where NVML is absent); ``job``/``shrunk``/``opts``: smoke_job's."""
+    windows = generate_windows(out)
+    gpus = phase_peaks(trace, windows) if trace and trace.times else []
+    plan, plan_error = None, None
+    if gpus:
+        try:
+            plan = predicted(job.argv, opts.registry, opts.target, card_for(gpus[0]["total_bytes"]), opts.engine)
+        except Exception as e:  # a job plan cannot read still gets its measurement
+            plan_error = f"{type(e).__name__}: {e}"
+    oom = find_oom(log, windows, peak_time(trace) if trace else None)
+    lengths = [flat(r).get("rollout/response_length") for r in metrics if "rollout/raw_reward" in flat(r)]
+    notes = memory_findings(gpus, plan, oom, lengths, shrunk.user_max_len, oom_fix(oom, plan) if oom else "")
+    report = {"gpus": gpus, "predicted": plan or ({"error": plan_error} if plan_error else None),
+              "compared": compare(gpus, plan), "rollout_windows": windows,
+              "oom": None if oom is None else {**vars(oom), "short_by": oom.short_by}}
+    return report, notes

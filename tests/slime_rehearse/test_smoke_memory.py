@@ -341,3 +341,14 @@ def test_samples_fill_every_data_parallel_rank_evenly():
     assert memory_sizes(items, full)[:2] == (2, 6)
     no_dynamic = split_flags(["--actor-num-gpus-per-node", "3", "--micro-batch-size", "2"])
     assert memory_sizes(no_dynamic, {**full, "n_samples_per_prompt": 4})[:2] == (3, 4)  # 12 over DP 3
+
+
+def test_a_memory_faithful_estimate_scales_by_samples_only(tmp_path):
+    from slime_rehearse.rehearsal import estimate
+
+    job = Job("train.py", _job(response=1024, max_tokens=16384), "argv", {})
+    opts = SmokeOptions(out=tmp_path, engine="slime", memory=True, rollouts=1)
+    shrunk = shrink(job, opts, Path("/models/q"), {"prompt": tmp_path / "p.jsonl"})
+    est = estimate({"phase_s": {"rollout": 30.0, "train": 10.0, "update_weights": 2.0}}, shrunk, opts)
+    assert est["scale"] == 32 * 8 / (2 * 8)  # the job's 256 samples over the rehearsal's 16, at full length
+    assert est["estimated_per_rollout_s"] == 42.0 * 16 and "your model" in est["label"]
