@@ -193,6 +193,9 @@ OOM_FRAMES = (
 )
 OOM_LINE = re.compile(r"CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase "
                       r"--mem-fraction-static|\[torch_memory_saver\.cpp\] (CUresult error: 2|cudaError error: 2)")
+# "... Process 2259 has 57.50 GiB memory in use. Including non-PyTorch memory, this process has 21.32 GiB ..."
+OTHER_PROCESS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
+THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
 TRACEBACK_LINES = 400  # how far above the error its traceback may start
 FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
 
@@ -209,6 +212,8 @@ class OutOfMemory:
     capacity: int | None = None
     gpu: int | None = None
     line: str = ""
+    others: list[tuple[int, int]] = field(default_factory=list)  # (pid, bytes) of the card's other processes
+    this_process: int | None = None  # bytes the process that ran out held
 
     @property
     def short_by(self) -> int | None:
@@ -243,4 +248,8 @@ def find_oom(log: str, windows: list[tuple[float, float]] | None = None, at: flo
         oom.gpu = int(m.group(3))
         oom.capacity = _bytes(m.group(4), m.group(5))
         oom.free = _bytes(m.group(6), m.group(7))
+        text = " ".join(lines[hit:hit + 3])
+        oom.others = [(int(pid), _bytes(n, u)) for pid, n, u in OTHER_PROCESS.findall(text)]
+        own = THIS_PROCESS.search(text)
+        oom.this_process = _bytes(own.group(1), own.group(2)) if own else None
     return oom

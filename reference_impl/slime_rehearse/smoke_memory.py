@@ -125,6 +125,10 @@ def memory_findings(gpus: list[dict], plan: dict | None, oom: OutOfMemory | None
         if oom.requested is not None:
             numbers = (f": it asked for {oom.requested / GIB:.2f} GiB with {oom.free / GIB:.2f} GiB free on GPU "
                        f"{oom.gpu}, {short / GIB:.2f} GiB short")
+        if oom.others:  # colocated: what the other side kept (an engine that did not release its pool, say)
+            held = ", ".join(f"pid {pid} {n / GIB:.2f} GiB" for pid, n in oom.others)
+            mine = f", the process that ran out {oom.this_process / GIB:.2f} GiB" if oom.this_process else ""
+            numbers += f"; other processes on the GPU held {held}{mine}"
         out.append(Finding("smoke.memory.oom", Status.FAIL, f"The job ran out of GPU memory in {oom.phase}{numbers}. "
                            f"The full run would stop there at its first step ({oom.line})",
                            fix or "Run `slime-check plan` on the script and turn the knob it names for that phase.",

@@ -53,6 +53,10 @@ def test_the_numbers_of_a_real_gpu_oom_are_read_exactly():
     assert oom.requested == 458 * MIB and oom.free == int(340.75 * MIB) and oom.gpu == 0
     assert oom.short_by == 458 * MIB - int(340.75 * MIB)
     assert oom.capacity == int(79.18 * GIB)
+    # the SGLang engine that kept its pool, and the trainer itself
+    assert oom.others == [(2259, int(57.50 * GIB))] and oom.this_process == int(21.32 * GIB)
+    text = memory_findings([], None, oom, [], 1024)[0].finding
+    assert "other processes on the GPU held pid 2259 57.50 GiB, the process that ran out 21.32 GiB" in text
 
 
 def test_a_log_prob_pass_is_named_though_it_runs_inside_train_and_megatrons_forward_backward():
