@@ -59,13 +59,23 @@ def _named_card(gpu: str) -> J.Card:
     size = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(GiB|GB|G)?", gpu.strip(), re.I)
     if size:
         usable = int(float(size.group(1)) * J.GIB)
-        return J.Card(f"{size.group(1)} GiB GPU", usable, usable // J.MIB + 600, "--gpu")
+        return J.Card(f"{size.group(1)} GiB GPU", usable, usable // J.MIB + J.RUNTIME_RESERVED_MIB, "--gpu")
     wanted = gpu.upper().replace("_", "-")
     matches = [name for name in J.CARDS if name.upper() == wanted or name.upper().startswith(wanted + "-")]
     if len(matches) != 1:
         raise UserError(f"--gpu {gpu}: unknown GPU; use one of {', '.join(J.CARDS)}, or a size such as 79.2GiB")
     usable, smi, source = J.CARDS[matches[0]]
     return J.Card(matches[0], usable, smi, f"--gpu's table: {source}")
+
+
+def card_for_smi(smi_mib: int, source: str) -> J.Card:
+    """The card whose nvidia-smi memory.total (NVML's total) is ``smi_mib``: a known card where the size
+    matches one, else a card of that size less the CUDA runtime's share."""
+    for name, (usable, smi, known) in J.CARDS.items():
+        if smi == smi_mib:
+            return J.Card(name, usable, smi, known)
+    usable = (smi_mib - J.RUNTIME_RESERVED_MIB) * J.MIB
+    return J.Card(f"{usable / J.GIB:.1f} GiB GPU", usable, smi_mib, source)
 
 
 def _from_capture(path: str) -> tuple[J.Card | None, int | None]:
@@ -88,8 +98,8 @@ def _from_capture(path: str) -> tuple[J.Card | None, int | None]:
     card = None
     if usable or smi:
         name = gpus[0].name if gpus else "GPU"
-        usable = usable or (smi - 600) * J.MIB
-        card = J.Card(name, usable, smi or usable // J.MIB + 600, f"the capture {Path(path).name}")
+        usable = usable or (smi - J.RUNTIME_RESERVED_MIB) * J.MIB
+        card = J.Card(name, usable, smi or usable // J.MIB + J.RUNTIME_RESERVED_MIB, f"the capture {Path(path).name}")
     meminfo = probe.read_file(probes_.MEMINFO)
     total = facts.parse_meminfo(meminfo.text).get("MemTotal") if meminfo.ok else None
     return card, total

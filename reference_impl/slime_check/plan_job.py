@@ -147,6 +147,7 @@ class Card:
     source: str
 
 
+RUNTIME_RESERVED_MIB = 600  # nvidia-smi's memory.total less torch's total_memory (where not measured)
 # torch's total_memory; nvidia-smi's memory.total. Measured where noted, else nvidia-smi minus 600 MiB.
 CARDS = {
     "H100-80GB": (int(79.19 * GIB), 81559, "torch 79.19 GiB (slime-skill capture and public OOM reports)"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -344,14 +345,13 @@ def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, slime_ver
     from slime_rehearse.smoke_job import SmokeOptions
     from slime_rehearse.smoke_launch import slime_importable
 
-    gpu = _has_gpu()
     if engine is None:
-        engine = "slime" if slime_dir and slime_importable() and gpu else "slime-ref"
+        engine = "slime" if slime_dir and slime_importable() and _has_gpu() else "slime-ref"
     if memory is None:
-        memory = engine == "slime" and gpu
-    if memory and not gpu:
+        memory = engine == "slime" and _has_gpu()
+    elif memory and not _has_gpu():
         raise UserError("--memory measures the job's GPU memory and needs its GPUs (none found: "
-                               "nvidia-smi -L failed); drop --memory, or run on the GPU machine")
+                        "nvidia-smi -L failed); drop --memory, or run on the GPU machine")
     identity = _identify(slime_dir, slime_version)
     reg, notes = registry_for(identity, slime_dir)
     opts = SmokeOptions(out=out.resolve(), engine=engine, rollouts=rollouts, timeout_s=timeout_s, force=force,
@@ -374,6 +374,7 @@ def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, slime_ver
     sys.exit(exit_code(findings))
 
 
+@functools.cache
 def _has_gpu() -> bool:
     import shutil
     import subprocess

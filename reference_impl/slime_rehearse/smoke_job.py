@@ -367,7 +367,7 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
     hooks: dict[str, tuple[str, str]] = {}
     has_eval = not opts.memory and (last(items, "--eval-prompt-data") is not None
                                     or last(items, "--eval-config") is not None)
-    real = opts.engine == "slime" or opts.memory  # the job's own model and layout
+    own_model = opts.engine == "slime" or opts.memory  # the job's own model and layout, not the tiny one
     writes: dict[str, str] = {}
     for flag, values in items:
         if flag in WRITES:
@@ -390,7 +390,7 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
         "--num-rollout", str(opts.rollouts), "--rollout-batch-size", str(batch), "--n-samples-per-prompt", str(n),
         "--global-batch-size", str(batch * n // steps), "--num-steps-per-rollout", str(steps),
         "--rollout-max-response-len", str(cap), *([] if opts.memory else ["--check-weight-update-equal"]),
-        *([] if real else [x for k, v in LAYOUT.items() if last(items, k) is not None for x in (k, v)]),
+        *([] if own_model else [x for k, v in LAYOUT.items() if last(items, k) is not None for x in (k, v)]),
         *([] if opts.engine == "slime" else ["--output-dir", str(out / "run")]),  # slime-ref's; not slime's
     ]
     if opts.memory and not any(flag == GENERATE_FLAG for flag, _ in hooks.values()):

@@ -34,15 +34,10 @@ MIB = 2**20
 
 
 def card_for(total_bytes: int):
-    """plan's card for an NVML total: a known card when nvidia-smi's size matches, else the size."""
-    from slime_check.plan_job import CARDS, Card
+    """plan's card for an NVML total (bytes)."""
+    from slime_check.plan_inputs import card_for_smi
 
-    smi_mib = total_bytes // MIB
-    for name, (usable, smi, source) in CARDS.items():
-        if smi == smi_mib:
-            return Card(name, usable, smi, source)
-    usable = total_bytes - 600 * MIB  # the CUDA runtime's share that torch never reports
-    return Card(f"{usable / GIB:.1f} GiB GPU", usable, smi_mib, "NVML")
+    return card_for_smi(total_bytes // MIB, "NVML")
 
 
 def predicted(argv: list[str], reg, target: str | None, card, engine: str = "slime") -> dict:
