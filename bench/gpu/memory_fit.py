@@ -18,6 +18,7 @@ Afterwards, here: python bench/gpu/memory_fit.py --summarize $OUT/memory-fit-*.j
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import statistics
@@ -127,11 +128,16 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
               "response_len": CONFIGS[name][1], "max_tokens_per_gpu": CONFIGS[name][2],
               "recompute": CONFIGS[name][3], "mem_fraction": CONFIGS[name][4], "colocate": True,
               "memory": (report.get("run") or {}).get("memory"),
+              # the memory findings, and whatever did not pass (what made the smoke's exit status)
               "findings": [f for f in report.get("findings", []) if f.get("id", "").startswith(("smoke.memory",
-                                                                                                 "smoke.run", "log."))],
+                           "smoke.run")) or f.get("status") not in ("PASS", "SKIP")],
               "response_length": (report.get("run") or {}).get("response_length")}
     if "stdout_tail" in report:
         result["raw"] = report
+    log = smoke_out / "smoke.log"
+    if log.is_file():  # beside the JSON: the timer lines and tracebacks the phases and an OOM come from
+        with gzip.open(out / f"smoke-{name}-{engine}-{index}.log.gz", "wb") as f:
+            f.write(log.read_bytes())
     (out / f"memory-fit-{name}-{engine}-{index}.json").write_text(json.dumps(result, indent=1))
     return result
 

@@ -24,6 +24,7 @@ from slime_ref.utils.tracking import Tracker
 logger = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
+TIMELINE_FILE = "timeline.jsonl"  # {"phase", "rollout_id", "start", "end"} a line: train, update_weights
 PROCESSES_FILE = "processes.json"  # pid of each role: driver, rollout manager, train ranks, engines, router
 # A fixed sequence scored by trainer and engines after each sync (--check-weight-update-equal).
 PROBE_RESPONSE_LENGTH = 4
@@ -202,9 +203,17 @@ class Run:
         if self.progress is not None:
             self.progress(phase, **info)
 
+    def _mark(self, phase: str, rollout_id: int, wall_start: float) -> None:
+        """One line of TIMELINE_FILE: when a phase ran, in wall-clock seconds (what a GPU memory trace
+        is lined up against: `slime-check smoke --memory` reads each phase's peak from it)."""
+        line = json.dumps({"phase": phase, "rollout_id": rollout_id, "start": round(wall_start, 3),
+                           "end": round(time.time(), 3)})
+        with open(Path(self.args.output_dir) / TIMELINE_FILE, "a") as f:  # appended: a line per phase
+            f.write(line + "\n")
+
     def train(self, rollout_id: int, data_ref) -> dict:
         self._event("train", rollout_id=rollout_id)
-        start = time.perf_counter()
+        start, wall_start = time.perf_counter(), time.time()
         if self.critic is None:
             steps = self.actor.train(rollout_id, data_ref)
         else:  # slime: the critic trains first; its values give the actor's GAE advantages
@@ -213,6 +222,7 @@ class Run:
                 steps = _merge_steps(steps, self.actor.train(rollout_id, data_ref, values))
         elapsed = time.perf_counter() - start
         self.phase_seconds["train"] += elapsed
+        self._mark("train", rollout_id, wall_start)
         # train/* averaged over the optimizer steps; perf/* timers come with the last step only
         names = {k for s in steps for k in s if k != "train/step"}
         metrics = {k: sum(s[k] for s in steps if k in s) / sum(k in s for s in steps) for k in sorted(names)}
@@ -223,7 +233,7 @@ class Run:
         if self.actor is None or not self.args.rollout_engine_urls:
             return {}
         self._event("update_weights", rollout_id=rollout_id)
-        start = time.perf_counter()
+        start, wall_start = time.perf_counter(), time.time()
         self.weight_version += 1
         ray.get(self.rollout.check_engines.remote())
         if self.args.use_fault_tolerance:  # engines the watch stopped restart now, then get the weights
@@ -239,6 +249,7 @@ class Run:
         if self.args.check_weight_update_equal:
             metrics["perf/weight_check_max_abs_diff"] = self.check_weights()
         self.phase_seconds["update_weights"] += time.perf_counter() - start
+        self._mark("update_weights", rollout_id, wall_start)
         return metrics
 
     def check_weights(self) -> float:

@@ -7,15 +7,22 @@ every ``INTERVAL_S`` on a thread of the smoke's own process. It counts every pro
 NVML is reached through ``libnvidia-ml.so.1`` with ctypes, so no package is needed; where the library
 is missing (a CPU machine) nothing is sampled.
 
-Phases come from the run itself: the smoke's generate wrapper (``smoke_runtime``) appends the start and
-end time of every generate call to ``OUT/memory/generate.<pid>``. The union of those calls is the
-rollout; what comes before the first call is start-up (engines, trainer, first weight sync); the rest
-is training, the log-prob passes and the weight updates.
+Phases come from the run itself:
+- the rollout: the smoke's generate wrapper (``smoke_runtime``) appends the start and end time of every
+  generate call to ``OUT/memory/generate.<pid>``; the union of those calls is the rollout;
+- training (the log-prob passes and the optimizer steps): slime's ``Timer train start`` / ``Timer
+  train end`` log lines, or slime-ref's ``timeline.jsonl`` (its weight updates too);
+- start-up: what comes before the first generate call (engines, trainer, first weight sync);
+- the rest: the switches between rollout and training (an engine's pool released or taken back, the
+  trainer put to sleep or woken) and the weight updates.
+A colocated engine holds its pool until the switch after the rollout, so only these windows tell the
+training peak from the engine's: "after the rollout" is not "training".
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import re
 import threading
 import time
@@ -24,8 +31,10 @@ from pathlib import Path
 
 GIB = 2**30
 INTERVAL_S = 0.02  # a logits buffer lives for tens of milliseconds; 20 ms sees most of them
-STARTUP, ROLLOUT, TRAIN = "start-up", "rollout", "training, log-probs and weight update"
-PHASES = (STARTUP, ROLLOUT, TRAIN)
+STARTUP, ROLLOUT, TRAIN = "start-up", "rollout", "training and log-prob passes"
+WEIGHTS = "weight update"
+BETWEEN = "switches between rollout and training"
+PHASES = (STARTUP, ROLLOUT, TRAIN, WEIGHTS, BETWEEN)
 MARKS_DIR = "memory"
 
 
@@ -132,9 +141,25 @@ def generate_windows(out: Path) -> list[tuple[float, float]]:
                     spans.append((float(parts[0]), float(parts[1])))
                 except ValueError:
                     continue
-    spans.sort()
+    return _merge(spans)
+
+
+# slime's timer (slime/utils/timer.py) logs "[2026-12-06 14:29:40] timer.py:24 - Timer train start" in the
+# training actor; "train" spans the log-prob passes and the optimizer steps
+SLIME_TIMER = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] timer\.py:\d+ - Timer (\w+) (start|end)")
+
+
+@dataclass
+class Timeline:
+    """When each phase ran (wall-clock seconds): lists of (start, end), merged."""
+    rollout: list[tuple[float, float]] = field(default_factory=list)
+    train: list[tuple[float, float]] = field(default_factory=list)
+    weights: list[tuple[float, float]] = field(default_factory=list)
+
+
+def _merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     merged: list[list[float]] = []
-    for start, end in spans:
+    for start, end in sorted(spans):
         if merged and start <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], end)
         else:
@@ -142,24 +167,81 @@ def generate_windows(out: Path) -> list[tuple[float, float]]:
     return [(s, e) for s, e in merged]
 
 
-def phase_at(t: float, windows: list[tuple[float, float]]) -> str:
-    if not windows or t < windows[0][0]:
+def slime_timer_spans(log: str, name: str) -> list[tuple[float, float]]:
+    """Spans of slime's ``Timer NAME`` from the log. Its stamps are whole seconds, so a span is trimmed
+    to the whole seconds surely inside it: [stamp(start) + 1, stamp(end) + 1). That drops up to a second
+    at the start, where the switch before it (an engine releasing its pool) may still be in the same
+    second; a training phase lasts far longer than that."""
+    spans, opened = [], []
+    for m in SLIME_TIMER.finditer(log):
+        if m.group(2) != name:
+            continue
+        t = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))  # the machine's local time, as logged
+        if m.group(3) == "start":
+            opened.append(t)
+        elif opened:
+            start = opened.pop(0)
+            if t > start:
+                spans.append((start + 1, t + 1))
+    return spans
+
+
+def timeline_spans(path: Path, phase: str) -> list[tuple[float, float]]:
+    """slime-ref's ``timeline.jsonl`` spans of ``phase``."""
+    if not path.is_file():
+        return []
+    spans = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            if row.get("phase") == phase:
+                spans.append((float(row["start"]), float(row["end"])))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return spans
+
+
+def read_timeline(out: Path, log: str, run_dir: Path | None = None) -> Timeline:
+    """The run's phases: generate marks under ``out``, slime's timer lines in ``log``, slime-ref's
+    ``run_dir/timeline.jsonl``."""
+    timeline_file = (run_dir or out / "run") / "timeline.jsonl"
+    train = timeline_spans(timeline_file, "train") or slime_timer_spans(log, "train")
+    return Timeline(rollout=generate_windows(out), train=_merge(train),
+                    weights=_merge(timeline_spans(timeline_file, "update_weights")))
+
+
+def phase_at(t: float, timeline: Timeline) -> str:
+    if not timeline.rollout or t < timeline.rollout[0][0]:
         return STARTUP
-    return ROLLOUT if any(s <= t <= e for s, e in windows) else TRAIN
+    for name, spans in ((ROLLOUT, timeline.rollout), (TRAIN, timeline.train), (WEIGHTS, timeline.weights)):
+        if any(s <= t <= e for s, e in spans):
+            return name
+    return BETWEEN
 
 
-def phase_peaks(trace: Trace, windows: list[tuple[float, float]]) -> list[dict]:
+def phase_peaks(trace: Trace, timeline: Timeline) -> list[dict]:
     """Per GPU: the peak used bytes of the whole run and of each phase (phases with no sample left out)."""
     gpus = []
     for g, total in enumerate(trace.total):
         peaks: dict[str, int] = {}
         for t, used in zip(trace.times, trace.used, strict=True):
-            name = phase_at(t, windows)
+            name = phase_at(t, timeline)
             peaks[name] = max(peaks.get(name, 0), used[g])
         gpus.append({"gpu": g, "total_bytes": total, "baseline_bytes": trace.baseline[g],
                      "peak_bytes": max(peaks.values(), default=0),
                      "phases": {name: peaks[name] for name in PHASES if name in peaks}})
     return gpus
+
+
+def coarse_trace(trace: Trace, bin_s: float = 0.1) -> dict:
+    """The trace at ``bin_s`` resolution, each bin the largest sample in it: small enough to keep beside
+    the report, fine enough to line up with the log afterwards."""
+    bins: dict[int, list[int]] = {}
+    for t, used in zip(trace.times, trace.used, strict=True):
+        key = int(t / bin_s)
+        bins[key] = [max(a, b) for a, b in zip(bins[key], used, strict=True)] if key in bins else list(used)
+    return {"bin_s": bin_s, "total": trace.total, "baseline": trace.baseline,
+            "samples": [[round(k * bin_s, 2), *v] for k, v in sorted(bins.items())]}
 
 
 def peak_time(trace: Trace) -> float | None:
@@ -222,9 +304,9 @@ class OutOfMemory:
         return max(0, self.requested - self.free)
 
 
-def find_oom(log: str, windows: list[tuple[float, float]] | None = None, at: float | None = None) -> OutOfMemory | None:
+def find_oom(log: str, timeline: Timeline | None = None, at: float | None = None) -> OutOfMemory | None:
     """The first out-of-memory error in ``log``: which phase it hit (from the traceback's frames above
-    the error, else from the time ``at`` it was seen against the generate ``windows``) and, for torch's
+    the error, else from the time ``at`` it was seen against the run's ``timeline``) and, for torch's
     message, the allocation and the free memory."""
     lines = log.splitlines()
     # torch's own message carries the numbers; Ray's "RayTaskError(OutOfMemoryError)" line comes before it
@@ -240,7 +322,7 @@ def find_oom(log: str, windows: list[tuple[float, float]] | None = None, at: flo
     # forward_backward, so its own frame must win over theirs)
     phase = next((name for pattern, name in OOM_FRAMES if any(re.search(pattern, f) for f in frames)), None)
     if phase is None:
-        phase = phase_at(at, windows) if at is not None and windows is not None else "an unknown phase"
+        phase = phase_at(at, timeline) if at is not None and timeline is not None else "an unknown phase"
     oom = OutOfMemory(phase, line=lines[hit].strip()[:300])
     m = TORCH_OOM.search(lines[hit]) or TORCH_OOM.search(" ".join(lines[hit:hit + 3]))
     if m:

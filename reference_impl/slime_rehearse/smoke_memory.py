@@ -5,9 +5,10 @@ phase that ran out and by how much.
 Measured: NVML's used memory of the card less what was in use before the run (``gpu_memory``), so the
 figure is what the run took: every process, CUDA context, NCCL buffer and allocator cache included.
 Predicted: ``plan`` on the job's own flags, on a card of the measured size. The phases line up as
-the run shows them: the rollout (the generate calls) against plan's rollout; training, log-probs and
-the weight update against the largest of plan's training, log-prob and update phases; the whole run
-against plan's peak.
+the run shows them (``gpu_memory.read_timeline``): the rollout (the generate calls) against plan's
+rollout; training (the log-prob passes and the optimizer steps) against the larger of plan's training
+and log-prob phases; the weight update, where the run times it, against plan's; the whole run against
+plan's peak. The switches between rollout and training are measured and shown, not predicted.
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ from pathlib import Path
 
 from slime_check.findings import Finding, Status
 from slime_rehearse.gpu_memory import (
+    BETWEEN,
     GIB,
     ROLLOUT,
     STARTUP,
     TRAIN,
+    WEIGHTS,
     OutOfMemory,
+    coarse_trace,
     find_oom,
-    generate_windows,
     peak_time,
     phase_peaks,
+    read_timeline,
 )
 from slime_rehearse.smoke_verdict import flat
 
@@ -55,19 +59,21 @@ def predicted(argv: list[str], reg, target: str | None, card, engine: str = "sli
     planned = plan_argv(words, reg, target, "the job", card, None, None)
     plan = planned.plan
     gpu_phases = [p for p in plan.phases if p.where != "host per node"]
-    train = [p for p in gpu_phases if not p.name.startswith("rollout")]
     rollout = [p for p in gpu_phases if p.name.startswith("rollout")]
+    weights = [p for p in gpu_phases if p.name.startswith("weight update")]
+    train = [p for p in gpu_phases if p not in rollout and p not in weights]  # the steps and log-prob passes
     out = {"card": card.name, "colocate": plan.job.colocate,
            "phases": {p.name: int(p.total) for p in gpu_phases},
            "train": int(max(p.total for p in train)) if train else None,
            "train_phase": max(train, key=lambda p: p.total).name if train else None,
-           "rollout": int(rollout[0].total) if rollout else None}
+           "rollout": int(rollout[0].total) if rollout else None,
+           "weights": int(max(p.total for p in weights)) if weights else None}
     if engine == "slime-ref" and plan.job.colocate and rollout:
         state = sum(i.bytes for i in train_phase_items(gpu_phases) if i.label.startswith(TRAIN_STATE))
         asleep = sum(i.bytes for i in rollout[0].items if i.label.startswith("trainer asleep"))
         out["rollout"] = int(out["rollout"] + state - asleep)
         out["note"] = "slime-ref: the training state stays on the GPU during the rollout"
-    out["peak"] = max(v for v in (out["train"], out["rollout"]) if v is not None)
+    out["peak"] = max(v for v in (out["train"], out["rollout"], out["weights"]) if v is not None)
     # the knob plan names for each GPU phase (its fix where a phase is near or over the card)
     out["fixes"] = {f.id: f.fix for f in plan_findings(planned) if f.fix and f.id in (
         "plan.train_memory", "plan.rollout_memory", "plan.colocated")}
@@ -101,6 +107,8 @@ def compare(gpus: list[dict], plan: dict | None) -> list[dict]:
     pairs = [("peak", gpu["peak_bytes"], plan and plan.get("peak")),
              (ROLLOUT, gpu["phases"].get(ROLLOUT), plan and plan.get("rollout")),
              (TRAIN, gpu["phases"].get(TRAIN), plan and plan.get("train")),
+             (WEIGHTS, gpu["phases"].get(WEIGHTS), plan and plan.get("weights")),
+             (BETWEEN, gpu["phases"].get(BETWEEN), None),
              (STARTUP, gpu["phases"].get(STARTUP), None)]
     for what, used, want in pairs:
         if used is None:
@@ -164,18 +172,19 @@ def memory_findings(gpus: list[dict], plan: dict | None, oom: OutOfMemory | None
 def memory_verdict(job, opts, out: Path, trace, log: str, metrics: list[dict], shrunk) -> tuple[dict, list[Finding]]:
     """The memory-faithful run's peaks per GPU and phase, plan's prediction beside them, and an OOM.
     ``trace``: the sampler's (None where NVML is absent); ``job``/``shrunk``/``opts``: smoke_job's."""
-    windows = generate_windows(out)
-    gpus = phase_peaks(trace, windows) if trace and trace.times else []
+    timeline = read_timeline(out, log)
+    gpus = phase_peaks(trace, timeline) if trace and trace.times else []
     plan, plan_error = None, None
     if gpus:
         try:
             plan = predicted(job.argv, opts.registry, opts.target, card_for(gpus[0]["total_bytes"]), opts.engine)
         except Exception as e:  # a job plan cannot read still gets its measurement
             plan_error = f"{type(e).__name__}: {e}"
-    oom = find_oom(log, windows, peak_time(trace) if trace else None)
+    oom = find_oom(log, timeline, peak_time(trace) if trace else None)
     lengths = [flat(r).get("rollout/response_length") for r in metrics if "rollout/raw_reward" in flat(r)]
     notes = memory_findings(gpus, plan, oom, lengths, shrunk.user_max_len, oom_fix(oom, plan) if oom else "")
     report = {"gpus": gpus, "predicted": plan or ({"error": plan_error} if plan_error else None),
-              "compared": compare(gpus, plan), "rollout_windows": windows,
+              "compared": compare(gpus, plan), "timeline": vars(timeline),
+              "trace": coarse_trace(trace) if trace and trace.times else None,
               "oom": None if oom is None else {**vars(oom), "short_by": oom.short_by}}
     return report, notes

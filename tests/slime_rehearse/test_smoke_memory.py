@@ -15,13 +15,19 @@ from pathlib import Path
 import pytest
 
 from slime_rehearse.gpu_memory import (
+    BETWEEN,
     ROLLOUT,
     STARTUP,
     TRAIN,
+    WEIGHTS,
+    Timeline,
     Trace,
+    coarse_trace,
     find_oom,
     generate_windows,
     phase_peaks,
+    read_timeline,
+    slime_timer_spans,
 )
 from slime_rehearse.smoke_job import Job, SmokeOptions, shrink
 from slime_rehearse.smoke_memory import card_for, compare, memory_findings, predicted
@@ -92,8 +98,10 @@ def test_sglangs_kv_pool_refusal_and_the_memory_savers_error_are_oom_phases():
 
 def test_without_telling_frames_the_phase_is_where_the_peak_was():
     log = _traceback(("torch/nn/functional.py", "linear"), last=TORCH_OOM)
-    assert find_oom(log, [(10.0, 20.0)], at=15.0).phase == ROLLOUT
-    assert find_oom(log, [(10.0, 20.0)], at=25.0).phase == TRAIN
+    timeline = Timeline(rollout=[(10.0, 20.0)], train=[(22.0, 30.0)])
+    assert find_oom(log, timeline, at=15.0).phase == ROLLOUT
+    assert find_oom(log, timeline, at=25.0).phase == TRAIN
+    assert find_oom(log, timeline, at=21.0).phase == BETWEEN
     assert find_oom(log).phase == "an unknown phase"
     assert find_oom("all fine\n") is None
 
@@ -111,12 +119,71 @@ def test_generate_calls_from_several_processes_merge_into_rollout_windows(tmp_pa
 
 
 def test_each_phase_keeps_its_own_peak_per_gpu():
-    trace = Trace(times=[1.0, 5.0, 6.0, 9.0, 12.0], used=[[3, 1], [40, 2], [55, 2], [20, 9], [35, 4]],
+    trace = Trace(times=[1.0, 5.0, 6.0, 9.0, 12.0, 14.0], used=[[3, 1], [40, 2], [55, 2], [20, 9], [35, 4], [7, 7]],
                   total=[80, 80], baseline=[1, 1])
-    gpus = phase_peaks(trace, [(4.0, 7.0)])
+    timeline = Timeline(rollout=[(4.0, 7.0)], train=[(8.0, 10.0)], weights=[(13.5, 14.5)])
+    gpus = phase_peaks(trace, timeline)
     assert gpus[0] == {"gpu": 0, "total_bytes": 80, "baseline_bytes": 1, "peak_bytes": 55,
-                       "phases": {STARTUP: 3, ROLLOUT: 55, TRAIN: 35}}
-    assert gpus[1]["phases"] == {STARTUP: 1, ROLLOUT: 2, TRAIN: 9}
+                       "phases": {STARTUP: 3, ROLLOUT: 55, TRAIN: 20, WEIGHTS: 7, BETWEEN: 35}}
+    assert gpus[1]["phases"] == {STARTUP: 1, ROLLOUT: 2, TRAIN: 9, WEIGHTS: 7, BETWEEN: 4}
+
+
+# slime v0.3.1 on an H100 (bench/gpu/memory_fit.py q06-1k-8k): the training actor's timer lines, as Ray
+# forwards them
+RAY_PREFIX = "\x1b[36m(MegatronTrainRayActor pid=3105)\x1b[0m"
+SLIME_TIMER_LOG = "".join(f"{RAY_PREFIX} [2026-12-06 {at}] timer.py:24 - Timer {what}\n"
+                          for at, what in (("14:29:39", "train_wait end (elapsed: 4.7s)"),
+                                           ("14:29:40", "train start"), ("14:29:40", "ref_log_probs start"),
+                                           ("14:29:50", "ref_log_probs end (elapsed: 9.9s)"),
+                                           ("14:30:11", "train end (elapsed: 30.7s)"),
+                                           ("14:30:18", "update_weights start")))
+
+
+def test_slimes_train_timer_gives_the_training_window_trimmed_to_whole_seconds_inside_it():
+    import time
+
+    at = time.mktime(time.strptime("2026-12-06 14:29:40", "%Y-%m-%d %H:%M:%S"))
+    # the start's second may still hold the engine's pool (released just before): it is left out
+    assert slime_timer_spans(SLIME_TIMER_LOG, "train") == [(at + 1, at + 32)]
+    assert slime_timer_spans(SLIME_TIMER_LOG, "update_weights") == []  # never ended: no window
+    same_second = "[2026-12-06 14:29:40] timer.py:24 - Timer train start\n" \
+                  "[2026-12-06 14:29:40] timer.py:32 - Timer train end (elapsed: 0.4s)\n"
+    assert slime_timer_spans(same_second, "train") == []
+
+
+def test_colocated_slimes_pool_held_after_the_rollout_is_not_the_training_peak(tmp_path):
+    """Real slime, colocated: the engine keeps its 57 GiB pool until the switch after the rollout and
+    takes it back before the weight update. Only the timer's window gives training its own 17 GiB."""
+    import time
+
+    at = time.mktime(time.strptime("2026-12-06 14:29:40", "%Y-%m-%d %H:%M:%S"))
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "generate.7").write_text(f"{at - 10} {at - 6}\n")
+    times = [at - 20, at - 8, at - 3, at + 5, at + 20, at + 40]
+    used = [[57 * GIB], [58 * GIB], [57 * GIB], [16 * GIB], [17 * GIB], [57 * GIB]]
+    trace = Trace(times=times, used=used, total=[80 * GIB], baseline=[0])
+    timeline = read_timeline(tmp_path, SLIME_TIMER_LOG)
+    assert timeline.rollout == [(at - 10, at - 6)] and timeline.train == [(at + 1, at + 32)]
+    phases = phase_peaks(trace, timeline)[0]["phases"]
+    assert phases == {STARTUP: 57 * GIB, ROLLOUT: 58 * GIB, TRAIN: 17 * GIB, BETWEEN: 57 * GIB}
+
+
+def test_slime_refs_timeline_file_gives_training_and_weight_update_windows(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "timeline.jsonl").write_text(
+        '{"phase": "train", "rollout_id": 0, "start": 20.5, "end": 30.25}\n'
+        '{"phase": "update_weights", "rollout_id": 0, "start": 31.0, "end": 31.5}\n'
+        '{"phase": "train", "rollout_id": 1, "start": 50.0, "end": 60.0}\nnot json\n')
+    # slime-ref's own file wins over timer lines in the log
+    timeline = read_timeline(tmp_path, SLIME_TIMER_LOG)
+    assert timeline.train == [(20.5, 30.25), (50.0, 60.0)] and timeline.weights == [(31.0, 31.5)]
+
+
+def test_the_coarse_trace_keeps_each_bins_largest_sample():
+    trace = Trace(times=[10.01, 10.05, 10.12, 10.31], used=[[1, 5], [4, 2], [3, 3], [9, 0]], total=[80, 80],
+                  baseline=[0, 1])
+    assert coarse_trace(trace) == {"bin_s": 0.1, "total": [80, 80], "baseline": [0, 1],
+                                   "samples": [[10.0, 4, 5], [10.1, 3, 3], [10.3, 9, 0]]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,7 +356,10 @@ def test_a_memory_faithful_rehearsal_forces_every_answer_to_full_length(tmp_path
     assert report["returncode"] == 0, (out / "smoke.log").read_text()[-3000:]
     assert report["response_length"] == [24.0]  # every answer ran to --rollout-max-response-len
     assert report["hooks"]["slime.rollout.sglang_rollout.generate"]["calls"] == 12  # 3 prompts x 4
-    assert report["memory"]["rollout_windows"] and report["memory"]["gpus"] == []
+    # the rollout from the generate marks, training and the weight update from slime-ref's timeline.jsonl
+    timeline = report["memory"]["timeline"]
+    assert timeline["rollout"] and timeline["train"] and timeline["weights"] and report["memory"]["gpus"] == []
+    assert timeline["rollout"][0][1] <= timeline["train"][0][0] <= timeline["train"][0][1] <= timeline["weights"][-1][0]
     assert status["smoke.memory"] == "WARN" and "smoke.truncation" not in status
     assert json.loads((out / "hooks" / "smoke_hooks.json").read_text())["full_length"] is True
     __import__("shutil").rmtree(out, ignore_errors=True)
