@@ -127,6 +127,7 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
               "wall_s": round(time.time() - t0, 1), "shape": shape,
               "response_len": CONFIGS[name][1], "max_tokens_per_gpu": CONFIGS[name][2],
               "recompute": CONFIGS[name][3], "mem_fraction": CONFIGS[name][4], "colocate": True,
+              "card": (((report.get("run") or {}).get("memory") or {}).get("predicted") or {}).get("card"),
               "memory": (report.get("run") or {}).get("memory"),
               # the memory findings, and whatever did not pass (what made the smoke's exit status)
               "findings": [f for f in report.get("findings", []) if f.get("id", "").startswith(("smoke.memory",
@@ -143,27 +144,27 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
 
 
 def summarize(paths: list[Path]) -> dict:
-    """Per configuration and engine: the median measured peak of its processes with the spread, plan's
-    prediction and the error; an -oom configuration: whether plan FAILed it and the smoke named the phase."""
-    groups: dict[tuple[str, str], list[dict]] = {}
+    """Per configuration, engine and card: for the whole run and for each phase plan predicts (rollout,
+    training, weight update), the median measured peak of its processes with the spread, plan's
+    prediction and the error; an -oom configuration: whether the smoke named the phase that ran out."""
+    groups: dict[tuple[str, str, str], list[dict]] = {}
     for path in paths:
         r = json.loads(path.read_text())
-        groups.setdefault((r["config"], r["engine"]), []).append(r)
+        groups.setdefault((r["config"], r["engine"], r.get("card") or "?"), []).append(r)
     rows = []
-    for (name, engine), runs in sorted(groups.items()):
-        measured = [c["measured_bytes"] for r in runs for c in ((r.get("memory") or {}).get("compared") or [])
-                    if c["what"] == "peak"]
-        predicted = next((c["predicted_bytes"] for r in runs for c in ((r.get("memory") or {}).get("compared") or [])
-                          if c["what"] == "peak"), None)
-        oom = [(r.get("memory") or {}).get("oom") for r in runs]
-        row = {"config": name, "engine": engine, "processes": len(runs), **{k: runs[0][k] for k in (
+    for (name, engine, card), runs in sorted(groups.items()):
+        row = {"config": name, "engine": engine, "card": card, "processes": len(runs), **{k: runs[0][k] for k in (
             "shape", "response_len", "max_tokens_per_gpu", "recompute", "mem_fraction", "colocate")}}
-        if measured:
+        compared = [{c["what"]: c for c in ((r.get("memory") or {}).get("compared") or [])} for r in runs]
+        for what in sorted({w for c in compared for w in c}, key=lambda w: (w != "peak", w)):
+            measured = [c[what]["measured_bytes"] for c in compared if what in c]
+            predicted = next((c[what]["predicted_bytes"] for c in compared if what in c), None)
             med = statistics.median(measured)
-            row.update({"measured_peak_gib": round(med / 2**30, 2),
-                        "spread_gib": round((max(measured) - min(measured)) / 2**30, 2),
-                        "predicted_peak_gib": round(predicted / 2**30, 2) if predicted else None,
-                        "error": round((predicted - med) / med, 3) if predicted else None})
+            row[what] = {"measured_gib": round(med / 2**30, 2),
+                         "spread_gib": round((max(measured) - min(measured)) / 2**30, 2),
+                         "predicted_gib": round(predicted / 2**30, 2) if predicted else None,
+                         "error": round((predicted - med) / med, 3) if predicted and med else None}
+        oom = [(r.get("memory") or {}).get("oom") for r in runs]
         if any(oom):
             row["oom_phase"] = next(o["phase"] for o in oom if o)
             row["oom_short_by_gib"] = next((round(o["short_by"] / 2**30, 2) for o in oom if o and o.get("short_by")),

@@ -31,11 +31,13 @@ def test_each_job_is_slimes_and_plan_fails_exactly_the_one_built_to_oom(name):
 
 
 def _run(tmp: Path, name: str, index: int, measured_gib: float | None, predicted_gib: float, oom=None) -> Path:
-    compared = [] if measured_gib is None else [{"what": "peak", "measured_bytes": int(measured_gib * GIB),
-                                                  "predicted_bytes": int(predicted_gib * GIB)}]
+    compared = [] if measured_gib is None else [
+        {"what": "peak", "measured_bytes": int(measured_gib * GIB), "predicted_bytes": int(predicted_gib * GIB)},
+        {"what": "training and log-prob passes", "measured_bytes": int((measured_gib - 40) * GIB),
+         "predicted_bytes": int(20 * GIB)}]
     data = {"config": name, "engine": "slime", "process": index, "shape": "qwen3-0.6B", "response_len": 1024,
             "max_tokens_per_gpu": 8192, "recompute": False, "mem_fraction": 0.7, "colocate": True,
-            "memory": {"compared": compared, "oom": oom}}
+            "card": "H100-80GB", "memory": {"compared": compared, "oom": oom}}
     path = tmp / f"memory-fit-{name}-slime-{index}.json"
     path.write_text(json.dumps(data))
     return path
@@ -47,7 +49,10 @@ def test_the_summary_is_the_median_of_the_processes_with_their_spread(tmp_path):
     paths.append(_run(tmp_path, "q4-1k-64k-oom", 1, None, 384.0, oom=oom))
     rows = {r["config"]: r for r in memory_fit.summarize(paths)["rows"]}
     fit = rows["q06-1k-8k"]
-    assert fit["processes"] == 3 and fit["measured_peak_gib"] == 57.0 and fit["spread_gib"] == 1.0
-    assert fit["predicted_peak_gib"] == 56.0 and fit["error"] == round(-1 / 57, 3)
+    assert fit["processes"] == 3 and fit["card"] == "H100-80GB"
+    assert fit["peak"] == {"measured_gib": 57.0, "spread_gib": 1.0, "predicted_gib": 56.0, "error": round(-1 / 57, 3)}
+    # each phase on its own: training's median 17 GiB against plan's 20
+    assert fit["training and log-prob passes"] == {"measured_gib": 17.0, "spread_gib": 1.0, "predicted_gib": 20.0,
+                                                   "error": round(3 / 17, 3)}
     assert rows["q4-1k-64k-oom"]["oom_phase"] == "the training step"
     assert rows["q4-1k-64k-oom"]["oom_short_by_gib"] == 7.0
