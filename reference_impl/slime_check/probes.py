@@ -28,6 +28,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -290,14 +291,17 @@ def _git_commit(start: Path) -> str | None:
 MEGATRON_CHECKOUT_GUESSES = ("/root/Megatron-LM", "~/Megatron-LM")
 
 
-def megatron_location() -> Output:
-    """Where ``megatron`` imports from (without importing it), its version, and checkouts on disk."""
+def megatron_location(search_path: tuple[str, ...] = ()) -> Output:
+    """Where ``megatron`` imports from (without importing it), its version, and checkouts on disk.
+    ``search_path``: folders a job puts before this Python's own (its PYTHONPATH, as slime's scripts
+    name Megatron-LM's checkout); they are looked in first, as the job's processes will."""
     lines = []
+    roots = [m for m in (Path(p).expanduser() / "megatron" for p in search_path) if m.is_dir()]
     try:
-        spec = importlib.util.find_spec("megatron")
+        spec = None if roots else importlib.util.find_spec("megatron")
     except (ImportError, ValueError):
         spec = None
-    roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    roots += [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
     core = next((r for r in roots if (r / "core").is_dir()), None)
     training = next((r for r in roots if (r / "training" / "arguments.py").is_file()), None)
     lines.append(f"megatron={','.join(map(str, roots)) or 'missing'}")
@@ -455,12 +459,16 @@ class LiveProbe:
 
     origin = "this machine"
 
-    def __init__(self):
+    def __init__(self, pythonpath: str = ""):
         self._cache: dict[str, Output] = {}
+        # a job's PYTHONPATH (e.g. Megatron-LM's checkout, which slime's scripts add for Ray's workers)
+        self.search_path = tuple(p for p in pythonpath.split(os.pathsep) if p)
 
     def run(self, name: str) -> Output:
         if name not in self._cache:
             make = SECTIONS.get(name)
+            if name == MEGATRON and self.search_path:
+                make = partial(megatron_location, self.search_path)
             if make is None and name.startswith(DF_PREFIX):
                 make = _cmd("df", "-B1", str(nearest_existing(name[len(DF_PREFIX):])))
             self._cache[name] = make() if make else Output(NOT_CAPTURED, "")

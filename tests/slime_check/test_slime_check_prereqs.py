@@ -267,6 +267,21 @@ def test_this_machine_gives_a_verdict_for_every_check():
     assert all(f.finding for f in findings)
 
 
+def test_megatron_on_the_jobs_pythonpath_is_the_one_its_processes_import(tmp_path):
+    """slime's scripts give Ray's workers PYTHONPATH=/root/Megatron-LM; the smoke's own Python may have
+    only the megatron-core wheel (or nothing): the job's checkout decides."""
+    checkout = tmp_path / "Megatron-LM"
+    (checkout / "megatron" / "training").mkdir(parents=True)
+    (checkout / "megatron" / "training" / "arguments.py").write_text("")
+    (checkout / "megatron" / "core").mkdir()
+    (checkout / "megatron" / "core" / "package_info.py").write_text("MAJOR = 0\nMINOR = 13\nPATCH = 0\n")
+    mine = {f.id: f for f in run_prereqs(LiveProbe(), only=["packages"])}["packages.megatron"]
+    assert mine.status is Status.FAIL  # this machine: megatron-core's wheel alone, or none
+    job = {f.id: f for f in run_prereqs(LiveProbe(pythonpath=f"/nonexistent:{checkout}"), only=["packages"])}
+    assert job["packages.megatron"].status is Status.PASS
+    assert f"Megatron-LM at {checkout / 'megatron'}, megatron-core 0.13.0" in job["packages.megatron"].finding
+
+
 def test_probe_failures_become_outputs(tmp_path):
     assert run_command(["no-such-binary-for-slime-check"]).rc == 127
     assert read_text_file(str(tmp_path / "missing")).rc == 1

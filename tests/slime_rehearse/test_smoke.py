@@ -104,6 +104,24 @@ def test_shrink_for_real_slime_keeps_model_args_and_layout(tmp_path):
     assert last(items, "--ref-load") == ["/ckpt/ref"] and last(items, "--save") == [str(tmp_path / "save")]
 
 
+def test_for_real_slime_the_jobs_own_pythonpath_and_layer_spec_decide_its_package_verdicts(tmp_path):
+    """The smoke judges the job's environment: Megatron-LM from the PYTHONPATH the job gives its
+    processes, and TransformerEngine as optional where the job runs local layers with its own --spec."""
+    from slime_rehearse.rehearsal import check_findings
+
+    checkout = tmp_path / "Megatron-LM" / "megatron"
+    (checkout / "training").mkdir(parents=True)
+    (checkout / "training" / "arguments.py").write_text("")
+    opts = SmokeOptions(out=tmp_path, engine="slime", env={"PYTHONPATH": str(checkout.parent)})
+    plain = {f.id: f for f in check_findings(Job("train.py", ["--lr", "1e-6"], "x", {}), [], opts)}
+    assert plain["packages.megatron"].status is Status.PASS and str(checkout) in plain["packages.megatron"].finding
+    assert plain["packages.transformer_engine"].status is Status.FAIL  # none here; the default impl needs it
+    spec = ["--transformer-impl", "local", "--spec", "my_spec", "layer_spec"]
+    own = {f.id: f for f in check_findings(Job("train.py", spec, "x", {}), [], opts)}
+    assert own["packages.transformer_engine"].status is Status.WARN
+    assert "its own --spec" in own["packages.transformer_engine"].finding
+
+
 # ---------------------------------------------------------------------------------------------
 # log signatures (excerpts in slime's and SGLang's formats)
 
