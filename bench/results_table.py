@@ -153,13 +153,18 @@ def prereqs(data: dict) -> str:
 
 
 def memory_fit(data: dict) -> str:
-    m = data["measured"]
-    ref, slime = m["slime-ref q06-1k-8k"], m["slime q06-1k-8k"]
-    return (f"q06-1k-8k, 1 process each: slime v0.3.1 start-up {slime['start_up_net_gib']:.2f} GiB against plan's "
-            f"{slime['plan_peak_gib']:.2f} ({100 * slime['error']:+.1f}%; its step not reached in time); slime-ref "
-            f"rollout {ref['rollout_net_gib']:.2f} GiB against {ref['rollout_predicted_gib_for_slime_ref']:.2f} "
-            f"({100 * ref['rollout_error']:+.1f}%), then out of memory in training (its SGLang kept the pool; "
-            f"fixed, not re-measured); 5 configurations and the OOM one not yet measured")
+    def pair(row: dict, what: str, label: str) -> str:
+        c = row[what]
+        n = c["processes"]
+        return (f"{label} {c['measured_gib']:.2f} GiB against plan's {c['predicted_gib']:.2f} "
+                f"({100 * c['error']:+.1f}%, {n} process{'es' if n > 1 else ''})")
+
+    parts = [f"{r['config']}: "
+             + "; ".join(pair(r, w, label) for w, label in (("peak", "peak"), ("training and log-prob passes",
+                                                                              "training")) if w in r)
+             for r in data["summary"] if r["engine"] == "slime"]
+    return ("slime v0.3.1, " + "; ".join(parts) + "; slime-ref not re-measured since its memory-saver fix; "
+            "4 configurations, the OOM one and medians of 3 processes not yet measured")
 
 
 FINAL = "gpu-final-h200-*.json"
@@ -191,7 +196,7 @@ ROWS = [
         "`python bench/smoke_examples.py --slime-mirror SLIME_GIT_DIR`", card="CPU, 2 cores",
         commit="65c4cad recorded"),
     Row("`gpu/memory_fit.py` (`smoke --memory` beside `plan`)", "memory-fit-h100-*.json", memory_fit,
-        "`python3 bench/gpu/memory_fit.py --configs q06-1k-8k --engine slime-ref` (then `slime`)"),
+        "`python3 bench/gpu/memory_fit.py --configs q06-1k-8k --engine slime` (then `q17-1k-8k-rc`), a call each"),
     Row("`slime_check_prereqs.py --slime-dir`", "slime-check-prereqs-cpu-*.json", prereqs,
         "`python bench/slime_check_prereqs.py --runs 5 --slime-dir SLIME_CHECKOUT`", card="CPU, 2 cores",
         commit="d712e81 recorded"),

@@ -160,7 +160,7 @@ def summarize(paths: list[Path]) -> dict:
             measured = [c[what]["measured_bytes"] for c in compared if what in c]
             predicted = next((c[what]["predicted_bytes"] for c in compared if what in c), None)
             med = statistics.median(measured)
-            row[what] = {"measured_gib": round(med / 2**30, 2),
+            row[what] = {"processes": len(measured), "measured_gib": round(med / 2**30, 2),
                          "spread_gib": round((max(measured) - min(measured)) / 2**30, 2),
                          "predicted_gib": round(predicted / 2**30, 2) if predicted else None,
                          "error": round((predicted - med) / med, 3) if predicted and med else None}

@@ -50,9 +50,9 @@ def test_the_summary_is_the_median_of_the_processes_with_their_spread(tmp_path):
     rows = {r["config"]: r for r in memory_fit.summarize(paths)["rows"]}
     fit = rows["q06-1k-8k"]
     assert fit["processes"] == 3 and fit["card"] == "H100-80GB"
-    assert fit["peak"] == {"measured_gib": 57.0, "spread_gib": 1.0, "predicted_gib": 56.0, "error": round(-1 / 57, 3)}
+    assert fit["peak"] == {"processes": 3, "measured_gib": 57.0, "spread_gib": 1.0, "predicted_gib": 56.0, "error": round(-1 / 57, 3)}
     # each phase on its own: training's median 17 GiB against plan's 20
-    assert fit["training and log-prob passes"] == {"measured_gib": 17.0, "spread_gib": 1.0, "predicted_gib": 20.0,
+    assert fit["training and log-prob passes"] == {"processes": 3, "measured_gib": 17.0, "spread_gib": 1.0, "predicted_gib": 20.0,
                                                    "error": round(3 / 17, 3)}
     assert rows["q4-1k-64k-oom"]["oom_phase"] == "the training step"
     assert rows["q4-1k-64k-oom"]["oom_short_by_gib"] == 7.0

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -140,8 +141,6 @@ SLIME_TIMER_LOG = "".join(f"{RAY_PREFIX} [2026-12-06 {at}] timer.py:24 - Timer {
 
 
 def test_slimes_train_timer_gives_the_training_window_trimmed_to_whole_seconds_inside_it():
-    import time
-
     at = time.mktime(time.strptime("2026-12-06 14:29:40", "%Y-%m-%d %H:%M:%S"))
     # the start's second may still hold the engine's pool (released just before): it is left out
     assert slime_timer_spans(SLIME_TIMER_LOG, "train") == [(at + 1, at + 32)]
@@ -151,11 +150,16 @@ def test_slimes_train_timer_gives_the_training_window_trimmed_to_whole_seconds_i
     assert slime_timer_spans(same_second, "train") == []
 
 
+def test_a_real_slime_smoke_log_gives_one_training_window_of_its_timers_length():
+    log = gzip.decompress((TESTS / "fixtures" / "gpu_memory" / "h100-slime-q06-1k-8k.log.gz").read_bytes()).decode()
+    (start, end), = slime_timer_spans(log, "train")  # "Timer train end (elapsed: 23.8s)", stamped 15:00:17-41
+    assert end - start == 24 and time.strftime("%H:%M:%S", time.localtime(start)) == "15:00:18"
+    assert find_oom(log) is None
+
+
 def test_colocated_slimes_pool_held_after_the_rollout_is_not_the_training_peak(tmp_path):
     """Real slime, colocated: the engine keeps its 57 GiB pool until the switch after the rollout and
     takes it back before the weight update. Only the timer's window gives training its own 17 GiB."""
-    import time
-
     at = time.mktime(time.strptime("2026-12-06 14:29:40", "%Y-%m-%d %H:%M:%S"))
     (tmp_path / "memory").mkdir()
     (tmp_path / "memory" / "generate.7").write_text(f"{at - 10} {at - 6}\n")
