@@ -61,6 +61,7 @@ FAST_MODULES = {  # paths below tests/
     "test_module_sizes.py", "test_package_imports.py", "test_readme_install.py",
 }
 NOT_FAST = {  # tests in FAST_MODULES that start a process or a server (the guard says so)
+    "tests/slime_rehearse/test_smoke_memory.py::test_a_split_job_rehearses_each_side_alone_the_trainer_on_the_engines_saved_samples",
     "tests/slime_rehearse/test_smoke.py::test_for_real_slime_the_jobs_own_pythonpath_and_layer_spec_decide_its_package_verdicts",
     "tests/slime_ref/test_arguments.py::test_parsing_flags_does_not_import_torch",
     "tests/bench/test_bench_decode_roofline.py::test_the_cli_sets_measured_rates_against_the_limit_and_refuses_a_bad_value",

@@ -3,6 +3,7 @@ measured peak beside `slime-check plan`'s prediction. One JSON per process, and 
 
     python bench/gpu/memory_fit.py --configs q06-1k-8k q06-1k-16k --engine slime-ref --out $OUT
     python bench/gpu/memory_fit.py --configs q17-1k-8k-rc --engine slime --out $OUT   # after install_slime_set.sh
+    python bench/gpu/memory_fit.py --configs q06-1k-8k-split --side engines --engine slime --out $OUT  # then trainer
 
 Each configuration is a colocated GRPO job on one GPU (the skill's small template's flags) with random
 bf16 weights of the named Qwen3 shape, built here by bench/shaped_model.py. The smoke forces every
@@ -48,7 +49,12 @@ CONFIGS = {
     "q17-1k-8k-rc": ("qwen3-1.7B", 1024, 8192, True, 0.5),
     "q4-1k-4k-rc": ("qwen3-4B", 1024, 4096, True, 0.3),
     "q4-1k-64k-oom": ("qwen3-4B", 1024, 65536, False, 0.7),
+    # not colocated: the engines and the trainer each have a GPU of their own. One GPU measures one side
+    # at a time, as slime runs them: --side engines (--debug-rollout-only, which saves its samples), then
+    # --side trainer on the same machine (--load-debug-rollout-data: those full-length samples)
+    "q06-1k-8k-split": ("qwen3-0.6B", 1024, 8192, False, 0.7),
 }
+SIDES = ("engines", "trainer")
 # What the GPU machine's offline set needs (bench/README.md): no TransformerEngine, triton attention;
 # and decode CUDA graphs up to batch 32 (a cold capture of SGLang's default 36 sizes takes 71 s; plan
 # counts the graphs the flag asks for).
@@ -59,11 +65,27 @@ SET_FLAGS = ["--sglang-cuda-graph-max-bs", "32",
              "pytorch", "--sglang-grammar-backend", "none"]
 
 
-def job_argv(name: str, model: Path, data: Path) -> list[str]:
+def side_flags(name: str, side: str | None, saved: Path | None) -> list[str]:
+    """Where the job's GPUs go: colocated on one, or (a -split configuration) one side of two."""
+    if not name.endswith("-split"):
+        return ["--colocate"]
+    if side == "engines":  # the smoke keeps the samples under its OUT/writes/ (``saved_samples``)
+        return ["--rollout-num-gpus", "1", "--debug-rollout-only", "--save-debug-rollout-data", "/x/{rollout_id}.pt"]
+    if side != "trainer" or saved is None:
+        raise ValueError(f"{name} runs one side at a time: side engines, or trainer with the engines' samples")
+    return ["--rollout-num-gpus", "1", "--load-debug-rollout-data", str(saved)]
+
+
+def saved_samples(smoke_out: Path) -> Path:
+    return smoke_out / "writes" / "save-debug-rollout-data" / "{rollout_id}.pt"
+
+
+def job_argv(name: str, model: Path, data: Path, side: str | None = None, saved: Path | None = None) -> list[str]:
     shape, response, max_tokens, recompute, fraction = CONFIGS[name]
     layers, hidden, ffn, heads = SHAPES[shape]
     return [
-        "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", "--colocate", "--num-gpus-per-node", "1",
+        "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", *side_flags(name, side, saved),
+        "--num-gpus-per-node", "1",
         "--num-layers", str(layers), "--hidden-size", str(hidden), "--ffn-hidden-size", str(ffn),
         "--num-attention-heads", str(heads), *QWEN3_FLAGS,
         "--hf-checkpoint", str(model), "--ref-load", str(model),
@@ -101,10 +123,16 @@ def build_model(work: Path, shape: str) -> tuple[Path, Path]:
 
 
 def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s: float,
-            extra: list[str] = ()) -> dict:
+            extra: list[str] = (), side: str | None = None) -> dict:
+    label = f"{name}-{side}" if side else name
+    smoke_out = work / f"smoke-{label}-{engine}-{index}"
+    saved = saved_samples(work / f"smoke-{name}-engines-{engine}-{index}") if side == "trainer" else None
+    if saved is not None and not saved.parent.is_dir():
+        raise SystemExit(f"memory_fit.py: --side trainer trains on the samples --side engines saved "
+                         f"({saved.parent} is missing): run --configs {name} --side engines --first-index {index} "
+                         "on this machine first")
     shape = CONFIGS[name][0]
     model, data = build_model(work, shape)
-    smoke_out = work / f"smoke-{name}-{engine}-{index}"
     env = dict(os.environ, PYTHONPATH=str(REPO / "reference_impl"), PYTHONUNBUFFERED="1")
     extra_path = [str(REPO / "bench" / "gpu")]
     cmd = [sys.executable, "-m", "slime_rehearse.cli", "smoke", "--memory", "--with", engine, "--rollouts", "1",
@@ -115,18 +143,18 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
     elif os.environ.get("SLIME_REF_PYTHONPATH"):
         extra_path.insert(0, os.environ["SLIME_REF_PYTHONPATH"])
     cmd += ["--env", "PYTHONPATH=" + ":".join(extra_path), "--env", "CUDA_DEVICE_MAX_CONNECTIONS=1",
-            "--", *job_argv(name, model, data), *extra]
+            "--", *job_argv(name, model, data, side, saved), *extra]
     t0 = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s + 120)
     try:
         report = json.loads(done.stdout)
     except ValueError:
         report = {"stdout_tail": done.stdout[-3000:], "stderr_tail": done.stderr[-3000:]}
-    result = {"config": name, "engine": engine, "process": index, "returncode": done.returncode,
+    result = {"config": name, "side": side, "engine": engine, "process": index, "returncode": done.returncode,
               "extra_flags": list(extra),
               "wall_s": round(time.time() - t0, 1), "shape": shape,
               "response_len": CONFIGS[name][1], "max_tokens_per_gpu": CONFIGS[name][2],
-              "recompute": CONFIGS[name][3], "mem_fraction": CONFIGS[name][4], "colocate": True,
+              "recompute": CONFIGS[name][3], "mem_fraction": CONFIGS[name][4], "colocate": side is None,
               "card": (((report.get("run") or {}).get("memory") or {}).get("predicted") or {}).get("card"),
               "memory": (report.get("run") or {}).get("memory"),
               # the memory findings, and whatever did not pass (what made the smoke's exit status)
@@ -137,9 +165,9 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
         result["raw"] = report
     log = smoke_out / "smoke.log"
     if log.is_file():  # beside the JSON: the timer lines and tracebacks the phases and an OOM come from
-        with gzip.open(out / f"smoke-{name}-{engine}-{index}.log.gz", "wb") as f:
+        with gzip.open(out / f"smoke-{label}-{engine}-{index}.log.gz", "wb") as f:
             f.write(log.read_bytes())
-    (out / f"memory-fit-{name}-{engine}-{index}.json").write_text(json.dumps(result, indent=1))
+    (out / f"memory-fit-{label}-{engine}-{index}.json").write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -150,7 +178,8 @@ def summarize(paths: list[Path]) -> dict:
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for path in paths:
         r = json.loads(path.read_text())
-        groups.setdefault((r["config"], r["engine"], r.get("card") or "?"), []).append(r)
+        label = r["config"] + (f" ({r['side']})" if r.get("side") else "")
+        groups.setdefault((label, r["engine"], r.get("card") or "?"), []).append(r)
     rows = []
     for (name, engine, card), runs in sorted(groups.items()):
         row = {"config": name, "engine": engine, "card": card, "processes": len(runs), **{k: runs[0][k] for k in (
@@ -184,18 +213,25 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=480, help="seconds for each smoke (a real slime start: 3-5 min)")
     p.add_argument("--extra-flags", default="", metavar="'FLAGS'",
                    help="more train.py flags for every job, e.g. '--sglang-cuda-graph-max-bs 16'")
+    p.add_argument("--side", choices=SIDES, default=None,
+                   help="for a -split configuration: the engines (first), or the trainer on their samples")
     p.add_argument("--summarize", nargs="+", type=Path, default=None, metavar="JSON")
     a = p.parse_args()
     if a.summarize:
         print(json.dumps(summarize(a.summarize), indent=1))
         return
+    split = [n for n in a.configs if n.endswith("-split")]
+    if split and (a.side is None or len(split) < len(a.configs)):
+        p.error(f"{', '.join(split)} runs one side at a time: give it alone, with --side engines (then trainer)")
+    if a.side and not split:
+        p.error("--side is for a -split configuration (one that does not colocate)")
     a.work.mkdir(parents=True, exist_ok=True)
     a.out.mkdir(parents=True, exist_ok=True)
     for i in range(a.first_index, a.first_index + a.repeat):
         for name in a.configs:
-            r = run_one(name, a.engine, a.work, a.out, i, a.timeout, a.extra_flags.split())
+            r = run_one(name, a.engine, a.work, a.out, i, a.timeout, a.extra_flags.split(), a.side)
             peak = next((c for c in ((r.get("memory") or {}).get("compared") or []) if c["what"] == "peak"), None)
-            print(f"{name} {a.engine} #{i}: rc={r['returncode']} {r['wall_s']} s"
+            print(f"{name}{' ' + a.side if a.side else ''} {a.engine} #{i}: rc={r['returncode']} {r['wall_s']} s"
                   + (f" measured {peak['measured_bytes'] / 2**30:.2f} GiB plan "
                      f"{(peak['predicted_bytes'] or 0) / 2**30:.2f} GiB" if peak else "")
                   + (f" OOM in {r['memory']['oom']['phase']}" if (r.get("memory") or {}).get("oom") else ""),

@@ -426,14 +426,16 @@ class Plan:
 def make_plan(job: Job) -> Plan:
     from slime_check.plan_rollout import host_phase, rollout_phase, update_phase
 
-    phases = [train_phase(job)]
-    if job.train.critic:
-        phases.append(train_phase(job, critic=True))
-    phases.append(logprob_phase(job))
+    phases = []
+    if job.trains:
+        phases.append(train_phase(job))
+        if job.train.critic:
+            phases.append(train_phase(job, critic=True))
+        phases.append(logprob_phase(job))
     eng = None
     if job.rollout is not None:
         rollout, eng = rollout_phase(job)
-        phases += [rollout, update_phase(job)]
+        phases += [rollout, update_phase(job)] if job.trains else [rollout]  # no trainer: no weight update
     for p in phases:
         p.capacity = job.card.usable
     return Plan(job, phases, eng, host_phase(job))

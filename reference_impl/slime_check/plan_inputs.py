@@ -334,6 +334,12 @@ def job_from(cfg: Config, card: J.Card, host_ram: int | None,
         offload_train = False if release else (True if offload_train is None else offload_train)
         offload_rollout = True if release or offload_rollout is None else offload_rollout
     offload_train = bool(offload_train) or critic
+    # slime: --debug-rollout-only starts the engines alone (no trainer, nothing colocated or offloaded);
+    # --load-debug-rollout-data (or --debug-train-only) trains on saved samples with no engine
+    rollout_only = flags.on("--debug-rollout-only")
+    train_only = flags.on("--debug-train-only") or flags.soft("--load-debug-rollout-data") is not None
+    if rollout_only:
+        offload_train = offload_rollout = critic = False
     rbs, n = int(flags.get("--rollout-batch-size", 1)), int(flags.get("--n-samples-per-prompt", 1))
     steps = flags.get("--num-steps-per-rollout")
     gbs = flags.get("--global-batch-size") or (rbs * n // int(steps) if steps else rbs * n)
@@ -361,7 +367,7 @@ def job_from(cfg: Config, card: J.Card, host_ram: int | None,
         raise UserError("--use-dynamic-batch-size needs --max-tokens-per-gpu (slime asserts it); give it")
 
     rollout = None
-    if not flags.on("--debug-train-only") and not flags.soft("--rollout-external-engine-addrs"):
+    if not train_only and not flags.soft("--rollout-external-engine-addrs"):
         gpus = flags.get("--rollout-num-gpus")
         if gpus is None:
             if not colocate:
@@ -398,7 +404,7 @@ def job_from(cfg: Config, card: J.Card, host_ram: int | None,
         if flags.on("--sglang-enable-dp-attention") or int(flags.get("--sglang-dp-size", 1)) > 1:
             notes.append(("SGLang DP attention is counted as plain TP (its KV per GPU is smaller)", True))
     job = J.Job(shape=shape, par=par, train=train, rollout=rollout, card=card,
-                colocate=colocate and rollout is not None,
+                colocate=colocate and rollout is not None and not rollout_only, trains=not rollout_only,
                 offload_rollout=bool(offload_rollout), gpus_per_node=per_node, host_ram=host_ram,
                 bf16=not flags.on("--fp16"))
     return job, notes, source

@@ -174,6 +174,7 @@ class Job:
     gpus_per_node: int = 8
     host_ram: int | None = None  # bytes per node
     bf16: bool = True
+    trains: bool = True  # False: --debug-rollout-only, the engines alone
 
 
 @dataclass

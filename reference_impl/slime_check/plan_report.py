@@ -131,12 +131,15 @@ def findings(planned: Planned) -> list[Finding]:
     plan, job = planned.plan, planned.plan.job
     card = job.card
     out = [_model_finding(planned)]
-    train = max((p for p in plan.phases if "training" in p.name or "log-prob" in p.name), key=lambda p: p.total)
-    status = _status(train.total, card.usable)
-    fix = "" if status is Status.PASS else _join(train_fixes(job, train.total))
-    out.append(Finding("plan.train_memory", status,
-                       f"Training peaks at {_share(train.total, card.usable)} per {card.name} in the {train.name}.",
-                       fix or "Use more GPUs per model copy (TP, PP) or a larger GPU.", PERF_DOC))
+    if job.trains:
+        train = max((p for p in plan.phases if "training" in p.name or "log-prob" in p.name), key=lambda p: p.total)
+        status = _status(train.total, card.usable)
+        fix = "" if status is Status.PASS else _join(train_fixes(job, train.total))
+        out.append(Finding("plan.train_memory", status,
+                           f"Training peaks at {_share(train.total, card.usable)} per {card.name} in the {train.name}.",
+                           fix or "Use more GPUs per model copy (TP, PP) or a larger GPU.", PERF_DOC))
+    else:
+        out.append(Finding("plan.train_memory", Status.SKIP, "--debug-rollout-only: no trainer is started."))
     if plan.engine is not None:
         out += _rollout_findings(plan)
     out.append(_host_finding(plan))

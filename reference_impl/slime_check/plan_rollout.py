@@ -188,8 +188,18 @@ def pinned(numel_bytes: int) -> int:
 
 def host_phase(job: Job) -> Phase:
     """Host RAM of one node: per training rank times the ranks on a node, plus the engines' processes."""
-    tr, par = job.train, job.par
     phase = Phase("host RAM per node", "host per node", capacity=job.host_ram)
+    if job.trains:  # --debug-rollout-only starts no trainer
+        _training_host(job, phase)
+    if job.rollout is not None:
+        engine_gpus = min(job.rollout.gpus, job.gpus_per_node)
+        phase.add("SGLang processes", engine_gpus * HOST_PER_SGLANG_RANK * GIB, "estimate",
+                  f"{engine_gpus} x {HOST_PER_SGLANG_RANK:g} GiB")
+    return phase
+
+
+def _training_host(job: Job, phase: Phase) -> None:
+    tr, par = job.train, job.par
     ranks = min(par.world, job.gpus_per_node)
     tensors = max((param_tensors(job.shape, par, s) for s in range(par.pp)), key=lambda ts: sum(t.numel for t in ts))
     one_copy = sum(pinned(2 * t.numel) for t in tensors)
@@ -214,8 +224,3 @@ def host_phase(job: Job) -> Phase:
         phase.add("critic asleep (weights + optimizer)", ranks * per, "exact")
     phase.add("training processes", ranks * HOST_PER_TRAIN_RANK * GIB, "estimate",
               f"{ranks} x {HOST_PER_TRAIN_RANK:g} GiB")
-    if job.rollout is not None:
-        engine_gpus = min(job.rollout.gpus, job.gpus_per_node)
-        phase.add("SGLang processes", engine_gpus * HOST_PER_SGLANG_RANK * GIB, "estimate",
-                  f"{engine_gpus} x {HOST_PER_SGLANG_RANK:g} GiB")
-    return phase

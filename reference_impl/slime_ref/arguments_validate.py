@@ -265,6 +265,10 @@ def validate_args(args: argparse.Namespace) -> argparse.Namespace:
         args.offload_train = True  # slime: a critic always offloads the trainer
     args.offload_train = bool(args.offload_train)
     args.offload_rollout = bool(args.offload_rollout)
+    if args.debug_rollout_only:  # slime: the engines alone; no trainer, nothing colocated or offloaded
+        if args.colocate and args.rollout_num_gpus is None:
+            args.rollout_num_gpus = args.actor_num_nodes * args.actor_num_gpus_per_node
+        args.colocate = args.offload_train = args.offload_rollout = False
     if args.rollout_num_gpus is None:
         args.rollout_num_gpus = 0 if args.debug_train_only else args.rollout_num_gpus_per_engine
     if args.rollout_num_gpus % args.rollout_num_gpus_per_engine:

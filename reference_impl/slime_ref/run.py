@@ -212,6 +212,8 @@ class Run:
             f.write(line + "\n")
 
     def train(self, rollout_id: int, data_ref) -> dict:
+        if self.actor is None:  # --debug-rollout-only: slime's actor returns from train() at once
+            return {}
         self._event("train", rollout_id=rollout_id)
         start, wall_start = time.perf_counter(), time.time()
         if self.critic is None:

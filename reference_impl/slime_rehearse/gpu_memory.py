@@ -211,12 +211,14 @@ def read_timeline(out: Path, log: str, run_dir: Path | None = None) -> Timeline:
 
 
 def phase_at(t: float, timeline: Timeline) -> str:
-    if not timeline.rollout or t < timeline.rollout[0][0]:
-        return STARTUP
-    for name, spans in ((ROLLOUT, timeline.rollout), (TRAIN, timeline.train), (WEIGHTS, timeline.weights)):
+    """The phase at ``t``: inside a window, that phase; before the first window of any kind, start-up (a
+    job with --load-debug-rollout-data has no rollout, one with --debug-rollout-only no training)."""
+    phases = ((ROLLOUT, timeline.rollout), (TRAIN, timeline.train), (WEIGHTS, timeline.weights))
+    for name, spans in phases:
         if any(s <= t <= e for s, e in spans):
             return name
-    return BETWEEN
+    starts = [s for _, spans in phases for s, _ in spans]
+    return STARTUP if not starts or t < min(starts) else BETWEEN
 
 
 def phase_peaks(trace: Trace, timeline: Timeline) -> list[dict]:

@@ -16,18 +16,36 @@ import memory_fit  # noqa: E402
 GIB = 2**30
 
 
-@pytest.mark.parametrize("name", sorted(memory_fit.CONFIGS))
-def test_each_job_is_slimes_and_plan_fails_exactly_the_one_built_to_oom(name):
+JOBS = [(name, None) for name in sorted(memory_fit.CONFIGS) if not name.endswith("-split")] + [
+    (name, side) for name in sorted(memory_fit.CONFIGS) if name.endswith("-split") for side in memory_fit.SIDES]
+
+
+@pytest.mark.parametrize(("name", "side"), JOBS)
+def test_each_job_is_slimes_and_plan_fails_exactly_the_one_built_to_oom(name, side):
     from slime_common.registry import load_registry
     from slime_rehearse.smoke_memory import card_for, predicted
 
     reg = load_registry("v0.3.1")
-    argv = memory_fit.job_argv(name, Path("/models/m"), Path("/data/p.jsonl"))
+    saved = memory_fit.saved_samples(Path("/w/smoke-x")) if side == "trainer" else None
+    argv = memory_fit.job_argv(name, Path("/models/m"), Path("/data/p.jsonl"), side, saved)
     unknown = [a for a in argv if a.startswith("--") and reg.lookup(a) is None]
     assert unknown == []  # slime silently ignores an unknown flag: every one must be slime's
     h100 = card_for(81559 * 2**20)
-    peak = predicted(argv, reg, "v0.3.1", h100)["peak"]
-    assert (peak > h100.usable) == name.endswith("-oom"), f"{name}: {peak / GIB:.1f} GiB"
+    plan = predicted(argv, reg, "v0.3.1", h100)
+    assert (plan["peak"] > h100.usable) == name.endswith("-oom"), f"{name}: {plan['peak'] / GIB:.1f} GiB"
+    # a split job's side is the engines alone or the trainer alone
+    assert (plan["train"] is None, plan["rollout"] is None) == (side == "engines", side == "trainer")
+    assert plan["colocate"] == (side is None)
+
+
+def test_a_split_configuration_runs_one_side_at_a_time_and_the_trainer_needs_the_engines_samples(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["memory_fit.py", "--configs", "q06-1k-8k-split", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit) as stopped:
+        memory_fit.main()
+    assert stopped.value.code == 2 and "--side engines" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--side engines --first-index 1 on this machine first"):
+        memory_fit.run_one("q06-1k-8k-split", "slime", tmp_path, tmp_path, 1, 60, side="trainer")
 
 
 def _run(tmp: Path, name: str, index: int, measured_gib: float | None, predicted_gib: float, oom=None) -> Path:
@@ -50,9 +68,10 @@ def test_the_summary_is_the_median_of_the_processes_with_their_spread(tmp_path):
     rows = {r["config"]: r for r in memory_fit.summarize(paths)["rows"]}
     fit = rows["q06-1k-8k"]
     assert fit["processes"] == 3 and fit["card"] == "H100-80GB"
-    assert fit["peak"] == {"processes": 3, "measured_gib": 57.0, "spread_gib": 1.0, "predicted_gib": 56.0, "error": round(-1 / 57, 3)}
+    assert fit["peak"] == {"processes": 3, "measured_gib": 57.0, "spread_gib": 1.0, "predicted_gib": 56.0,
+                           "error": round(-1 / 57, 3)}
     # each phase on its own: training's median 17 GiB against plan's 20
-    assert fit["training and log-prob passes"] == {"processes": 3, "measured_gib": 17.0, "spread_gib": 1.0, "predicted_gib": 20.0,
-                                                   "error": round(3 / 17, 3)}
+    assert fit["training and log-prob passes"] == {"processes": 3, "measured_gib": 17.0, "spread_gib": 1.0,
+                                                   "predicted_gib": 20.0, "error": round(3 / 17, 3)}
     assert rows["q4-1k-64k-oom"]["oom_phase"] == "the training step"
     assert rows["q4-1k-64k-oom"]["oom_short_by_gib"] == 7.0

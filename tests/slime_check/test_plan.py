@@ -433,6 +433,29 @@ def test_shapes_come_from_config_json_when_it_is_here(tmp_path):
     assert planned.plan.engine.kv_per_token == 24 * 4 * 2
 
 
+def test_each_side_of_a_split_job_alone_as_slimes_debug_flags_run_it():
+    """--debug-rollout-only: the engines alone (slime turns colocation and offload off and starts no
+    trainer); --load-debug-rollout-data: the trainer alone on saved samples (slime sets debug_train_only)."""
+    model = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--vocab-size", "256",
+             "--swiglu", "--disable-bias-linear", "--rollout-num-gpus", "1"]
+    both = _plan_argv([*model, *BASE]).plan
+    engines = _plan_argv([*model, *BASE, "--debug-rollout-only", "--colocate"]).plan
+    trainer = _plan_argv([*model, *BASE, "--load-debug-rollout-data", "/d/{rollout_id}.pt"]).plan
+    assert [p.name for p in engines.phases] == [both.phases[2].name] and engines.phases[0].where == "rollout GPU"
+    assert engines.phases[0].total == both.phases[2].total and not engines.job.colocate  # the same engine, alone
+    assert [i.label for i in engines.host.items] == ["SGLang processes"]
+    assert [p.name for p in trainer.phases] == [p.name for p in both.phases[:2]] and trainer.engine is None
+    assert trainer.phases[0].total == both.phases[0].total
+    status = {f.id: f.status.name for f in _plan_findings(_plan_argv([*model, *BASE, "--debug-rollout-only"]))}
+    assert status["plan.train_memory"] == "SKIP" and status["plan.rollout_memory"] == "PASS"
+
+
+def _plan_findings(planned):
+    from slime_check.plan_report import findings
+
+    return findings(planned)
+
+
 def test_colocate_turns_on_both_offloads_and_ppo_keeps_a_critic(tmp_path):
     model = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--vocab-size", "256",
              "--swiglu", "--disable-bias-linear"]

@@ -161,6 +161,13 @@ def test_placement_defaults_follow_slime(tmp_path):
     assert (disaggregated.rollout_num_gpus, disaggregated.offload_train) == (2, False)
     train_only = parse_args([*MINIMAL, "--debug-train-only"])
     assert train_only.rollout_num_gpus == 0
+    # slime: the engines alone, on the actor's GPU count when colocated, nothing offloaded, no trainer's bundles
+    engines_only = parse_args([*MINIMAL, "--colocate", "--actor-num-gpus-per-node", "4", "--debug-rollout-only"])
+    assert (engines_only.rollout_num_gpus, engines_only.colocate, engines_only.offload_train,
+            engines_only.offload_rollout) == (4, False, False, False)
+    from slime_ref.ray.placement import placement_layout
+
+    assert placement_layout(engines_only) == (4, 0) and placement_layout(disaggregated) == (10, 8)
 
 
 def test_eval_sets_are_name_path_pairs_in_one_flag(tmp_path):

@@ -226,6 +226,24 @@ def test_slime_ref_is_predicted_with_its_training_state_on_the_gpu_during_the_ro
     assert ref["train"] == slime["train"]
 
 
+def test_each_side_of_a_split_job_is_predicted_alone():
+    """A job that does not colocate, measured one side at a time on one GPU: the engines with
+    --debug-rollout-only against plan's rollout GPU, the trainer on their saved samples
+    (--load-debug-rollout-data) against plan's actor GPU."""
+    from slime_common.registry import load_registry
+
+    card, reg = card_for(81559 * MIB), load_registry("v0.3.1")
+    split = [a for a in _job() if a != "--colocate"] + ["--rollout-num-gpus", "1"]
+    engines = predicted(split + ["--debug-rollout-only"], reg, "v0.3.1", card)
+    trainer = predicted(split + ["--load-debug-rollout-data", "/d/{rollout_id}.pt"], reg, "v0.3.1", card)
+    both = predicted(split, reg, "v0.3.1", card)
+    assert engines["train"] is None and engines["weights"] is None and engines["peak"] == engines["rollout"]
+    assert engines["rollout"] == both["rollout"] and not engines["colocate"]
+    assert trainer["rollout"] is None and trainer["peak"] == trainer["train"] == both["train"]
+    # colocated, the same engine shares its GPU with the sleeping trainer's context
+    assert predicted(_job(), reg, "v0.3.1", card)["rollout"] > engines["rollout"]
+
+
 def test_the_busiest_gpu_is_compared_net_of_what_was_in_use_before():
     gpus = [{"gpu": 0, "total_bytes": 80 * GIB, "baseline_bytes": 1 * GIB, "peak_bytes": 51 * GIB,
              "phases": {STARTUP: 30 * GIB, ROLLOUT: 51 * GIB, TRAIN: 41 * GIB}}]
@@ -339,6 +357,37 @@ def test_memory_without_a_gpu_is_a_usage_error_naming_the_flag(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # end to end on slime-ref (CPU: the built-in engine; NVML absent, so nothing is measured)
+
+
+def test_a_split_job_rehearses_each_side_alone_the_trainer_on_the_engines_saved_samples():
+    """slime-ref runs --debug-rollout-only (the engines alone; slime's actor returns from train() at once)
+    and --load-debug-rollout-data (the trainer alone on those samples); each smoke's timeline has only
+    its own side's windows."""
+    from slime_common.registry import load_registry
+    from slime_ref.assets import make_tiny
+    from slime_rehearse.rehearsal import run_smoke
+
+    root = Path(__import__("tempfile").mkdtemp(prefix="sms-", dir="/tmp"))  # short: Ray's socket paths
+    tiny = make_tiny(root / "tiny")
+    argv = ["--hf-checkpoint", str(tiny.model_dir), "--prompt-data", str(tiny.train_path), "--input-key", "prompt",
+            "--label-key", "label", "--apply-chat-template", "--rm-type", "math", "--num-rollout", "100",
+            "--rollout-batch-size", "8", "--n-samples-per-prompt", "4", "--global-batch-size", "32",
+            "--rollout-max-response-len", "24", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "256",
+            "--actor-num-gpus-per-node", "1", "--rollout-num-gpus", "1"]
+    reports = {}
+    saved = root / "engines" / "writes" / "save-debug-rollout-data" / "{rollout_id}.pt"  # where the smoke puts it
+    for side, extra in (("engines", ["--debug-rollout-only", "--save-debug-rollout-data", "/x/{rollout_id}.pt"]),
+                        ("trainer", ["--load-debug-rollout-data", str(saved)])):
+        _, report = run_smoke(argv + extra, SmokeOptions(out=root / side, engine="slime-ref", memory=True, rollouts=1,
+                                                         registry=load_registry("v0.3.1"), target="v0.3.1",
+                                                         force=True), None)
+        assert report["returncode"] == 0, (root / side / "smoke.log").read_text()[-3000:]
+        reports[side] = report
+    engines, trainer = (reports[k]["memory"]["timeline"] for k in ("engines", "trainer"))
+    assert engines["rollout"] and not engines["train"] and not engines["weights"]
+    assert trainer["train"] and not trainer["rollout"]
+    assert reports["trainer"]["response_length"] == [24.0]  # the engines' full-length answers, trained on
+    __import__("shutil").rmtree(root, ignore_errors=True)
 
 
 def test_a_memory_faithful_rehearsal_forces_every_answer_to_full_length(tmp_path):

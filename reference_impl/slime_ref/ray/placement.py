@@ -106,6 +106,8 @@ def placement_layout(args) -> tuple[int, int]:
     actor_slots = args.actor_num_nodes * args.actor_num_gpus_per_node
     if getattr(args, "debug_train_only", False):
         return actor_slots, actor_slots
+    if getattr(args, "debug_rollout_only", False):  # no trainer: the engines' bundles alone
+        return args.rollout_num_gpus, 0
     if args.colocate:
         return max(actor_slots, args.rollout_num_gpus), 0
     return actor_slots + args.rollout_num_gpus, actor_slots
