@@ -11,10 +11,12 @@ Phases come from the run itself:
 - the rollout: the smoke's generate wrapper (``smoke_runtime``) appends the start and end time of every
   generate call to ``OUT/memory/generate.<pid>``; the union of those calls is the rollout;
 - training (the log-prob passes and the optimizer steps): slime's ``Timer train start`` / ``Timer
-  train end`` log lines, or slime-ref's ``timeline.jsonl`` (its weight updates too);
-- start-up: what comes before the first generate call (engines, trainer, first weight sync);
+  train end`` log lines, or slime-ref's ``timeline.jsonl``;
+- the weight update: slime-ref's ``timeline.jsonl`` (slime's whole-second stamps cannot tell its
+  fraction of a second from the engine taking its pool back right after);
+- start-up: what comes before the first of those windows (engines, trainer, first weight sync);
 - the rest: the switches between rollout and training (an engine's pool released or taken back, the
-  trainer put to sleep or woken) and the weight updates.
+  trainer put to sleep or woken), and slime's weight updates.
 A colocated engine holds its pool until the switch after the rollout, so only these windows tell the
 training peak from the engine's: "after the rollout" is not "training".
 """
