@@ -72,7 +72,8 @@ def predicted(argv: list[str], reg, target: str | None, card, engine: str = "sli
         state = sum(i.bytes for i in train_phase_items(gpu_phases) if i.label.startswith(TRAIN_STATE))
         asleep = sum(i.bytes for i in rollout[0].items if i.label.startswith("trainer asleep"))
         out["rollout"] = int(out["rollout"] + state - asleep)
-        out["note"] = "slime-ref: the training state stays on the GPU during the rollout"
+        out["weights"] = None  # its update runs beside that state too: plan's figure (slime's) does not apply
+        out["note"] = "slime-ref: the training state stays on the GPU during the rollout and the weight update"
     out["peak"] = max(v for v in (out["train"], out["rollout"], out["weights"]) if v is not None)
     # the knob plan names for each GPU phase (its fix where a phase is near or over the card)
     out["fixes"] = {f.id: f.fix for f in plan_findings(planned) if f.fix and f.id in (

@@ -224,6 +224,7 @@ def test_slime_ref_is_predicted_with_its_training_state_on_the_gpu_during_the_ro
     state = ref["rollout"] - slime["rollout"] + 0.5 * GIB  # plan's sleeping trainer (0.5 GiB) is replaced
     assert state == pytest.approx(16 * 596_049_920, rel=1e-3)
     assert ref["train"] == slime["train"]
+    assert slime["weights"] < slime["train"] and ref["weights"] is None  # slime-ref's update: beside its state
 
 
 def test_each_side_of_a_split_job_is_predicted_alone():
