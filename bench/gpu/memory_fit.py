@@ -5,11 +5,12 @@ measured peak beside `slime-check plan`'s prediction. One JSON per process, and 
     python bench/gpu/memory_fit.py --configs q17-1k-8k-rc --engine slime --out $OUT   # after install_slime_set.sh
     python bench/gpu/memory_fit.py --configs q06-1k-8k-split --side engines --engine slime --out $OUT  # then trainer
 
-Each configuration is a colocated GRPO job on one GPU (the skill's small template's flags) with random
-bf16 weights of the named Qwen3 shape, built here by bench/shaped_model.py. The smoke forces every
-answer to --rollout-max-response-len and trains on enough samples to fill the job's largest
-micro-batch, so the measured peak is the job's step-1 peak. A configuration whose name ends in
-``-oom`` is built to run out of memory: plan must FAIL it and the smoke must name the phase.
+Each configuration is a GRPO job on one GPU (the skill's small template's flags), colocated except a
+-split one, whose engines and trainer are measured one at a time (--side), with random bf16 weights
+of the named Qwen3 shape, built here by bench/shaped_model.py. The smoke forces every answer to
+--rollout-max-response-len and trains on enough samples to fill the job's largest micro-batch, so
+the measured peak is the job's step-1 peak. A configuration whose name ends in ``-oom`` is built
+to run out of memory: plan must FAIL it and the smoke must name the phase.
 
 Environment: SLIME_DIR and MEGATRON_DIR for --engine slime (bench/gpu/install_slime_set.sh's env.sh),
 SLIME_REF_PYTHONPATH (megatron-core for slime-ref) for --engine slime-ref.
@@ -76,6 +77,10 @@ def side_flags(name: str, side: str | None, saved: Path | None) -> list[str]:
     return ["--rollout-num-gpus", "1", "--load-debug-rollout-data", str(saved)]
 
 
+def smoke_dir(work: Path, name: str, side: str | None, engine: str, index: int) -> Path:
+    return work / f"smoke-{name}{'-' + side if side else ''}-{engine}-{index}"
+
+
 def saved_samples(smoke_out: Path) -> Path:
     return smoke_out / "writes" / "save-debug-rollout-data" / "{rollout_id}.pt"
 
@@ -125,8 +130,8 @@ def build_model(work: Path, shape: str) -> tuple[Path, Path]:
 def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s: float,
             extra: list[str] = (), side: str | None = None) -> dict:
     label = f"{name}-{side}" if side else name
-    smoke_out = work / f"smoke-{label}-{engine}-{index}"
-    saved = saved_samples(work / f"smoke-{name}-engines-{engine}-{index}") if side == "trainer" else None
+    smoke_out = smoke_dir(work, name, side, engine, index)
+    saved = saved_samples(smoke_dir(work, name, "engines", engine, index)) if side == "trainer" else None
     if saved is not None and not saved.parent.is_dir():
         raise SystemExit(f"memory_fit.py: --side trainer trains on the samples --side engines saved "
                          f"({saved.parent} is missing): run --configs {name} --side engines --first-index {index} "

@@ -188,16 +188,15 @@ def slime_timer_spans(log: str, name: str) -> list[tuple[float, float]]:
     return spans
 
 
-def timeline_spans(path: Path, phase: str) -> list[tuple[float, float]]:
-    """slime-ref's ``timeline.jsonl`` spans of ``phase``."""
+def timeline_spans(path: Path) -> dict[str, list[tuple[float, float]]]:
+    """slime-ref's ``timeline.jsonl``: the spans of each phase it names."""
+    spans: dict[str, list[tuple[float, float]]] = {}
     if not path.is_file():
-        return []
-    spans = []
+        return spans
     for line in path.read_text().splitlines():
         try:
             row = json.loads(line)
-            if row.get("phase") == phase:
-                spans.append((float(row["start"]), float(row["end"])))
+            spans.setdefault(row["phase"], []).append((float(row["start"]), float(row["end"])))
         except (ValueError, KeyError, TypeError):
             continue
     return spans
@@ -206,10 +205,9 @@ def timeline_spans(path: Path, phase: str) -> list[tuple[float, float]]:
 def read_timeline(out: Path, log: str, run_dir: Path | None = None) -> Timeline:
     """The run's phases: generate marks under ``out``, slime's timer lines in ``log``, slime-ref's
     ``run_dir/timeline.jsonl``."""
-    timeline_file = (run_dir or out / "run") / "timeline.jsonl"
-    train = timeline_spans(timeline_file, "train") or slime_timer_spans(log, "train")
-    return Timeline(rollout=generate_windows(out), train=_merge(train),
-                    weights=_merge(timeline_spans(timeline_file, "update_weights")))
+    ref = timeline_spans((run_dir or out / "run") / "timeline.jsonl")
+    train = ref.get("train") or slime_timer_spans(log, "train")
+    return Timeline(rollout=generate_windows(out), train=_merge(train), weights=_merge(ref.get("update_weights", [])))
 
 
 def phase_at(t: float, timeline: Timeline) -> str:
