@@ -98,14 +98,31 @@ def oom_fix(oom: OutOfMemory, plan: dict | None) -> str:
     return next((fixes[k] for k in first if fixes.get(k)), "")
 
 
-def compare(gpus: list[dict], plan: dict | None) -> list[dict]:
-    """Rows of (what, measured bytes, predicted bytes, relative error) for the busiest GPU."""
+def busiest(gpus: list[dict]) -> dict:
+    return max(gpus, key=lambda g: g["peak_bytes"] - g["baseline_bytes"])
+
+
+def not_reached(gpus: list[dict], plan: dict | None, rolled_out: bool = False) -> list[str]:
+    """The phases plan predicts that the run never got to (it stopped, or ran out of time, before them).
+    ``rolled_out``: the run logged a rollout's metrics (a rollout function of the job's own that calls
+    SGLang directly leaves no generate window, though it ran)."""
+    if not gpus or not plan:
+        return []
+    phases = busiest(gpus)["phases"]
+    return [what for what, key in ((ROLLOUT, "rollout"), (TRAIN, "train"))
+            if plan.get(key) and what not in phases and not (what == ROLLOUT and rolled_out)]
+
+
+def compare(gpus: list[dict], plan: dict | None, rolled_out: bool = False) -> list[dict]:
+    """Rows of (what, measured bytes, predicted bytes, relative error) for the busiest GPU. The whole run's
+    peak is set beside plan's only when the run reached every phase plan predicts: a run stopped at
+    start-up has not met the peak plan names."""
     if not gpus:
         return []
-    gpu = max(gpus, key=lambda g: g["peak_bytes"] - g["baseline_bytes"])
+    gpu = busiest(gpus)
     base = gpu["baseline_bytes"]
     rows = []
-    pairs = [("peak", gpu["peak_bytes"], plan and plan.get("peak")),
+    pairs = [("peak", gpu["peak_bytes"], None if not_reached(gpus, plan, rolled_out) else plan and plan.get("peak")),
              (ROLLOUT, gpu["phases"].get(ROLLOUT), plan and plan.get("rollout")),
              (TRAIN, gpu["phases"].get(TRAIN), plan and plan.get("train")),
              (WEIGHTS, gpu["phases"].get(WEIGHTS), plan and plan.get("weights")),
@@ -142,25 +159,35 @@ def memory_findings(gpus: list[dict], plan: dict | None, oom: OutOfMemory | None
             out.append(Finding("smoke.memory", Status.WARN, "no GPU memory was read (NVML not found): the peak was "
                                "not measured.", "Run the memory-faithful smoke on the GPU machine.", DOC))
         return out
-    rows = compare(gpus, plan)
+    lengths = [x for x in response_length if x is not None]
+    rows = compare(gpus, plan, bool(response_length))
     if oom is None and rows:
         peak = rows[0]
         total = next(g["total_bytes"] for g in gpus if g["gpu"] == peak["gpu"])
         parts = [f"{r['what']} {r['measured_bytes'] / GIB:.2f} GiB"
                  + (f" (plan {r['predicted_bytes'] / GIB:.2f}, {r['error']:+.0%})" if r["error"] is not None else "")
                  for r in rows]
-        status = Status.WARN if peak["measured_bytes"] > 0.9 * total else Status.PASS
+        missing = not_reached(gpus, plan, bool(response_length))
+        near_full = peak["measured_bytes"] > 0.9 * total
+        status = Status.WARN if near_full or missing else Status.PASS
+        stopped = ""
+        if missing:
+            stopped = (f" The run stopped before {' and '.join('the ' + m for m in missing)}: the peak plan predicts "
+                       f"({plan['peak'] / GIB:.2f} GiB) was not reached, so it is not measured.")
+            fix = "See smoke.run; raise --timeout if the run was still starting up."
+        elif near_full:
+            fix = ("Within 10% of the card: a longer prompt or a fragmented allocator can tip it over; see "
+                   "`slime-check plan` for the knob.")
+        else:
+            fix = ""
         out.append(Finding("smoke.memory", status, f"GPU {peak['gpu']} of {total / GIB:.1f} GiB, taken by the run: "
-                           + "; ".join(parts) + ".",
-                           "" if status is Status.PASS else "Within 10% of the card: a longer prompt or a "
-                           "fragmented allocator can tip it over; see `slime-check plan` for the knob.", DOC))
+                           + "; ".join(parts) + "." + stopped, fix, DOC))
         off = [r for r in rows if r["error"] is not None and abs(r["error"]) > AGREEMENT]
         if off:
             out.append(Finding("smoke.memory.plan", Status.WARN, "plan's prediction is off by more than 10%: "
                                + "; ".join(f"{r['what']} {r['error']:+.0%}" for r in off) + ".",
                                "Trust the measured figure; report the job's flags so plan's estimate can be "
                                "corrected.", DOC))
-    lengths = [x for x in response_length if x is not None]
     if cap and lengths and min(lengths) < 0.95 * cap:
         out.append(Finding("smoke.memory.length", Status.WARN, f"answers averaged {min(lengths):.0f} of the "
                            f"{cap} tokens --rollout-max-response-len allows: the peak was measured on shorter "
@@ -185,7 +212,7 @@ def memory_verdict(job, opts, out: Path, trace, log: str, metrics: list[dict], s
     lengths = [flat(r).get("rollout/response_length") for r in metrics if "rollout/raw_reward" in flat(r)]
     notes = memory_findings(gpus, plan, oom, lengths, shrunk.user_max_len, oom_fix(oom, plan) if oom else "")
     report = {"gpus": gpus, "predicted": plan or ({"error": plan_error} if plan_error else None),
-              "compared": compare(gpus, plan), "timeline": vars(timeline),
+              "compared": compare(gpus, plan, bool(lengths)), "timeline": vars(timeline),
               "trace": coarse_trace(trace) if trace and trace.times else None,
               "oom": None if oom is None else {**vars(oom), "short_by": oom.short_by}}
     return report, notes

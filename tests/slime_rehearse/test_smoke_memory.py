@@ -260,6 +260,27 @@ def test_the_busiest_gpu_is_compared_net_of_what_was_in_use_before():
     assert "-25%" in off[1].finding
 
 
+def test_a_run_stopped_at_start_up_is_not_held_against_plans_peak():
+    # a real case: 4B on one H100, stopped by --timeout after its first weight sync, before the rollout
+    gpus = [{"gpu": 0, "total_bytes": 80 * GIB, "baseline_bytes": 1 * GIB, "peak_bytes": 57 * GIB,
+             "phases": {STARTUP: 57 * GIB}}]
+    plan = {"peak": 384 * GIB, "rollout": 57 * GIB, "train": 384 * GIB}
+    rows = {r["what"]: r for r in compare(gpus, plan)}
+    assert rows["peak"]["predicted_bytes"] is None and rows["peak"]["error"] is None
+    findings = memory_findings(gpus, plan, None, [], 1024)
+    assert [(f.id, f.status.name) for f in findings] == [("smoke.memory", "WARN")]
+    assert "stopped before the rollout and the training and log-prob passes" in findings[0].finding
+    assert "384.00 GiB" in findings[0].finding and "--timeout" in findings[0].fix
+    # trained, and a rollout logged its metrics, though no generate window was marked (a rollout
+    # function of the job's own): the run reached plan's peak, which is compared
+    trained = [{**gpus[0], "phases": {STARTUP: 30 * GIB, TRAIN: 57 * GIB}}]
+    done = memory_findings(trained, {**plan, "peak": 60 * GIB, "train": 60 * GIB}, None, [1024.0], 1024)
+    assert [(f.id, f.status.name) for f in done] == [("smoke.memory", "PASS")]
+    assert "peak 56.00 GiB (plan 60.00, +7%)" in done[0].finding
+    # without the metrics, the missing rollout window means the run stopped before it
+    assert "stopped before the rollout:" in memory_findings(trained, plan, None, [], 1024)[0].finding
+
+
 def test_an_oom_fails_naming_the_phase_how_much_was_missing_and_plans_knob():
     oom = find_oom(_traceback(("slime/backends/megatron_utils/model.py", "train_one_step"), last=TORCH_OOM))
     findings = memory_findings([], None, oom, [], 1024, fix="--max-tokens-per-gpu 4096 -> 4.6 GiB less")
