@@ -163,8 +163,7 @@ def memory_fit(data: dict) -> str:
              + "; ".join(pair(r, w, label) for w, label in (("peak", "peak"), ("training and log-prob passes",
                                                                               "training")) if w in r)
              for r in data["summary"] if r["engine"] == "slime"]
-    return ("slime v0.3.1, " + "; ".join(parts) + "; slime-ref not re-measured since its memory-saver fix; "
-            "4 configurations, the OOM one and medians of 3 processes not yet measured")
+    return "slime v0.3.1, " + "; ".join(parts) + "; " + data["table_note"]
 
 
 FINAL = "gpu-final-h200-*.json"
@@ -196,7 +195,8 @@ ROWS = [
         "`python bench/smoke_examples.py --slime-mirror SLIME_GIT_DIR`", card="CPU, 2 cores",
         commit="65c4cad recorded"),
     Row("`gpu/memory_fit.py` (`smoke --memory` beside `plan`)", "memory-fit-h100-*.json", memory_fit,
-        "`python3 bench/gpu/memory_fit.py --configs q06-1k-8k --engine slime` (then `q17-1k-8k-rc`), a call each"),
+        "`python3 bench/gpu/memory_fit.py --configs CONFIG --engine slime`, a call each (a -split one: `--side engines`, "
+        "then `--side trainer`)"),
     Row("`slime_check_prereqs.py --slime-dir`", "slime-check-prereqs-cpu-*.json", prereqs,
         "`python bench/slime_check_prereqs.py --runs 5 --slime-dir SLIME_CHECKOUT`", card="CPU, 2 cores",
         commit="d712e81 recorded"),
