@@ -195,8 +195,8 @@ ROWS = [
         "`python bench/smoke_examples.py --slime-mirror SLIME_GIT_DIR`", card="CPU, 2 cores",
         commit="65c4cad recorded"),
     Row("`gpu/memory_fit.py` (`smoke --memory` beside `plan`)", "memory-fit-h100-*.json", memory_fit,
-        "`python3 bench/gpu/memory_fit.py --configs CONFIG --engine slime`, a call each (a -split one: `--side engines`, "
-        "then `--side trainer`)"),
+        "`python3 bench/gpu/memory_fit.py --configs CONFIG --engine slime`, a call each (a -split one: "
+        "`--side engines`, then `--side trainer`)"),
     Row("`slime_check_prereqs.py --slime-dir`", "slime-check-prereqs-cpu-*.json", prereqs,
         "`python bench/slime_check_prereqs.py --runs 5 --slime-dir SLIME_CHECKOUT`", card="CPU, 2 cores",
         commit="d712e81 recorded"),

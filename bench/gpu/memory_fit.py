@@ -215,8 +215,9 @@ def main() -> None:
     p.add_argument("--first-index", type=int, default=1)
     p.add_argument("--work", type=Path, default=Path("/tmp/memory-fit"))
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
-    p.add_argument("--timeout", type=float, default=480, help="seconds for each smoke (a real slime start: 3-5 min; 4B on a fresh machine, whose "
-                   "first SGLang start compiles triton's kernels: about 6 min before its rollout)")
+    p.add_argument("--timeout", type=float, default=480,
+                   help="seconds for each smoke (a real slime start: 3-5 min; 4B on a fresh machine, whose first "
+                   "SGLang start compiles triton's kernels: about 6 min before its rollout)")
     p.add_argument("--extra-flags", default="", metavar="'FLAGS'",
                    help="more train.py flags for every job, e.g. '--sglang-cuda-graph-max-bs 16'")
     p.add_argument("--side", choices=SIDES, default=None,

@@ -80,7 +80,9 @@ def read_metrics(run_dir: Path) -> list[dict]:
 def slime_log_metrics(log: str, groups: int | None = None) -> list[dict]:
     """Real slime writes no metrics file: its per-rollout metrics are the ``rollout N: {...}`` and
     ``perf N: {...}`` lines of its log, read here with the skill's log summariser. slime's
-    ``rollout/response_len/mean`` is also given as ``rollout/response_length``, slime-ref's name.
+    ``rollout/response_len/mean`` (the rollout manager's) or else ``rollout/response_lengths`` (the
+    trainer's mean over its samples: all a --load-debug-rollout-data job logs) is also given as
+    ``rollout/response_length``, slime-ref's name.
     slime counts the groups whose rewards are all equal (``rollout/zero_std/count_<reward>``, logged
     only for the rewards that had such groups); given ``groups`` (--rollout-batch-size), that becomes
     ``rollout/zero_std_ratio``, slime-ref's name."""
@@ -93,6 +95,8 @@ def slime_log_metrics(log: str, groups: int | None = None) -> list[dict]:
     spec.loader.exec_module(summary)
     records = []
     for rollout_id, metrics in sorted(summary.read_log(log.splitlines()).items()):
+        if "rollout/response_len/mean" not in metrics and "rollout/response_lengths" in metrics:
+            metrics.setdefault("rollout/response_length", metrics["rollout/response_lengths"])
         if "rollout/response_len/mean" in metrics:
             metrics.setdefault("rollout/response_length", metrics["rollout/response_len/mean"])
             if groups:
@@ -310,8 +314,8 @@ def run_smoke(script_or_args: list[str], opts: SmokeOptions, console, echo=None)
         "rewards": [flat(r)["rollout/raw_reward"] for r in result["metrics"] if "rollout/raw_reward" in flat(r)],
         "truncated_ratio": [flat(r).get("rollout/truncated_ratio") for r in result["metrics"]
                             if "rollout/raw_reward" in flat(r)],
-        "response_length": [flat(r).get("rollout/response_length") for r in result["metrics"]
-                            if "rollout/raw_reward" in flat(r)],
+        "response_length": [flat(r)["rollout/response_length"] for r in result["metrics"]
+                            if "rollout/response_length" in flat(r)],
         "weight_check_max_abs_diff": [flat(r)["perf/weight_check_max_abs_diff"] for r in result["metrics"]
                                       if "perf/weight_check_max_abs_diff" in flat(r)],
         "phase_s": {**phase, **{f"run/{k}": v for k, v in summary.get("phase_s", {}).items()}},

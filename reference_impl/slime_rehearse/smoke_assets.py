@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from slime_check.findings import USAGE, Finding, Status, slime_doc
-from slime_rehearse.smoke_job import DATA_ROWS, DOC, EVAL_ROWS, SUPPORTED_MODEL_TYPES, as_int, last
+from slime_rehearse.smoke_job import DATA_ROWS, DOC, EVAL_ROWS, FULL_LENGTH_HOOK, SUPPORTED_MODEL_TYPES, as_int, last
 
 # ---------------------------------------------------------------------------------------------
 # assets: the tiny model, the first rows of the data, the hook wrappers
@@ -295,8 +295,9 @@ def write_coverage_config(out: Path, files: list[str]) -> Path:
 
 def users_files(files: dict[str, str]) -> list[str]:
     """The user's hook files and the Python modules beside them (what the hooks load: an agent system, a
-    tool sandbox); not slime-ref's, the compatibility layer's or slime-check's."""
+    tool sandbox); not slime-ref's, the compatibility layer's or slime-check's, nor slime's generate where
+    only the smoke's full-length wrapper names it."""
     ours = Path(__file__).resolve().parent.parent  # reference_impl
-    hook_files = {Path(f).resolve() for f in files.values()}
+    hook_files = {Path(f).resolve() for hook_id, f in files.items() if hook_id != FULL_LENGTH_HOOK}
     beside = {p.resolve() for f in hook_files for p in f.parent.glob("*.py") if p.name != "__init__.py"}
     return sorted(str(f) for f in hook_files | beside if not f.is_relative_to(ours))

@@ -62,6 +62,9 @@ KEPT_FOR_MEMORY = KEPT_FOR_SLIME | {"--recompute-granularity", "--recompute-meth
                                     "--sequence-parallel", "--decoder-last-pipeline-num-layers"}
 DEFAULT_GENERATE = "slime.rollout.sglang_rollout.generate"
 GENERATE_FLAG = "--custom-generate-function-path"
+# the smoke's own hook (a memory-faithful job whose generate is slime's): slime's generate, wrapped to force
+# every answer to full length. Not the user's code: no coverage of it, and no verdict that it went uncalled
+FULL_LENGTH_HOOK = "h_full_length_generate"
 
 # Every flag that names a place slime, Megatron-LM, SGLang or the router writes to: the rehearsal points
 # each under OUT/writes/, so a rehearsal next to a live run never touches its files. "dir": a folder;
@@ -395,8 +398,8 @@ def shrink(job: Job, opts: SmokeOptions, model_dir: Path, data: dict[str, Path])
     ]
     if opts.memory and not any(flag == GENERATE_FLAG for flag, _ in hooks.values()):
         # slime's own generate, wrapped: the smoke's wrapper forces every answer to full length
-        hooks["h_full_length_generate"] = (GENERATE_FLAG, DEFAULT_GENERATE)
-        argv += [GENERATE_FLAG, f"{HOOK_MODULE}.h_full_length_generate"]
+        hooks[FULL_LENGTH_HOOK] = (GENERATE_FLAG, DEFAULT_GENERATE)
+        argv += [GENERATE_FLAG, f"{HOOK_MODULE}.{FULL_LENGTH_HOOK}"]
     for flag, path in writes.items():
         argv += [flag, path]
     if writes:

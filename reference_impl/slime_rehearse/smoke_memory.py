@@ -209,7 +209,8 @@ def memory_verdict(job, opts, out: Path, trace, log: str, metrics: list[dict], s
         except Exception as e:  # a job plan cannot read still gets its measurement
             plan_error = f"{type(e).__name__}: {e}"
     oom = find_oom(log, timeline, peak_time(trace) if trace else None)
-    lengths = [flat(r).get("rollout/response_length") for r in metrics if "rollout/raw_reward" in flat(r)]
+    # every rollout that logged its lengths: with --debug-rollout-only slime logs no rewards
+    lengths = [flat(r)["rollout/response_length"] for r in metrics if "rollout/response_length" in flat(r)]
     notes = memory_findings(gpus, plan, oom, lengths, shrunk.user_max_len, oom_fix(oom, plan) if oom else "")
     report = {"gpus": gpus, "predicted": plan or ({"error": plan_error} if plan_error else None),
               "compared": compare(gpus, plan, bool(lengths)), "timeline": vars(timeline),

@@ -81,9 +81,16 @@ def run_findings(result: dict, opts) -> list[Finding]:
 
 
 def hook_findings(hooks: dict, rc) -> list[Finding]:
+    from slime_rehearse.smoke_job import FULL_LENGTH_HOOK
+
     findings = []
-    for h in hooks.values():
+    for hook_id, h in hooks.items():
         label = f"{h['flag']} {h['path']}"
+        if hook_id == FULL_LENGTH_HOOK and not h["errors"]:  # the smoke's wrapper, not a hook of the job's
+            if h["calls"]:
+                findings.append(Finding("smoke.hook_calls", Status.PASS, f"{label} (slime's, wrapped by the smoke to "
+                                        f"force full-length answers): {h['calls']} calls"))
+            continue
         if h["errors"] and CONTEXT_REFUSAL.search(h["first_error"] or ""):
             findings.append(Finding("smoke.stand_in_context", Status.WARN, f"{label}: the stand-in model's engine "
                                     f"refused a request longer than its context ({h['first_error']}); this is the "
@@ -354,6 +361,9 @@ def verdict(result: dict, shrunk, opts) -> list[Finding]:
     elif rollouts:
         findings += reward_findings(rollouts, shrunk, opts, sft, bool(stand_in.get("scripted")))
         findings += weight_findings(result, rc)
+    elif any("--debug-rollout-only" == flag for flag, _ in split_flags(shrunk.argv)):
+        findings.append(Finding("smoke.reward", Status.SKIP, "not judged: slime logs a rollout's rewards from its "
+                                "trainer, which --debug-rollout-only does not run"))
     elif rc == 0 and not sft:
         findings.append(Finding("smoke.reward", Status.WARN, "no rollout metrics were logged.",
                                 "Check OUT/run/metrics.jsonl (slime-ref) or the `rollout N: {...}` lines of "

@@ -215,6 +215,39 @@ def test_real_slime_log_metrics_give_rewards_and_groups_with_equal_rewards():
     assert next(f for f in unknown if f.id == "smoke.reward").finding.startswith("rewards logged:")
 
 
+def test_each_side_of_a_real_split_job_is_judged_on_what_that_side_logs():
+    """slime v0.3.1 on one H100 (bench/gpu/memory_fit.py q06-1k-8k-split): the engines alone log their
+    lengths but no rewards (slime's trainer logs those), the trainer alone logs its samples' mean length."""
+    from slime_rehearse.rehearsal import slime_log_metrics
+    from slime_rehearse.smoke_job import FULL_LENGTH_HOOK, Shrunk
+    from slime_rehearse.smoke_verdict import verdict
+
+    def side(name):
+        return gzip.decompress((TESTS / "fixtures" / "gpu_memory" / f"h100-slime-q06-1k-8k-split-{name}.log.gz")
+                               .read_bytes()).decode()
+
+    engines, trainer = slime_log_metrics(side("engines"), groups=1), slime_log_metrics(side("trainer"), groups=1)
+    assert [m["rollout/response_length"] for m in engines] == [1024.0] and "rollout/raw_reward" not in engines[0]
+    assert [m["rollout/response_length"] for m in trainer] == [1024.0] and trainer[0]["rollout/raw_reward"] == 0.0
+    wrapper = {FULL_LENGTH_HOOK: {"flag": "--custom-generate-function-path",
+                                  "path": "slime.rollout.sglang_rollout.generate", "errors": 0, "first_error": None}}
+    opts = SmokeOptions(out=Path("/nonexistent"), memory=True)
+
+    def findings(text, metrics, flag, calls):
+        shrunk = Shrunk(argv=[flag, "x"], changes=[], hooks={}, notes=[], user_max_len=1024, full={})
+        hooks = {k: {**v, "calls": calls} for k, v in wrapper.items()}
+        return {f.id: f for f in verdict({"returncode": 0, "log": text, "metrics": metrics, "hooks": hooks,
+                                          "wall_s": 200}, shrunk, opts)}
+
+    alone = findings(side("engines"), engines, "--debug-rollout-only", 8)
+    assert alone["smoke.reward"].status is Status.SKIP and "--debug-rollout-only" in alone["smoke.reward"].finding
+    wrapped = alone["smoke.hook_calls"]
+    assert wrapped.status is Status.PASS and "wrapped by the smoke" in wrapped.finding
+    # the trainer generates nothing: the smoke's own wrapper going uncalled is no finding
+    trained = findings(side("trainer"), trainer, "--load-debug-rollout-data", 0)
+    assert "smoke.hook_calls" not in trained and "smoke.reward" not in trained
+
+
 def test_normal_lines_are_not_findings():
     benign = ("[torch_memory_saver.cpp] cuMemCreate CUDA_ERROR_OUT_OF_MEMORY (may not be an issue e.g. torch "
               "allocator will free cache and retry)\nAbort request for SGLang server http://10.0.0.1:3001\n"

@@ -15,7 +15,7 @@ import pytest
 
 from slime_check.findings import Status
 from slime_rehearse.smoke_assets import read_responses, stand_in_context, write_engine_script
-from slime_rehearse.smoke_job import Shrunk, SmokeOptions
+from slime_rehearse.smoke_job import FULL_LENGTH_HOOK, Shrunk, SmokeOptions
 from slime_rehearse.smoke_runtime import ANSWER_SHAPES, answer_text, describe, probe_reward, prompt_text
 from slime_rehearse.smoke_verdict import (
     coverage_findings,
@@ -404,6 +404,13 @@ def test_coverage_measures_the_users_modules_beside_the_hook_files(tmp_path):
     ours = str(REPO / "reference_impl" / "slime_ref" / "rollout" / "filters.py")
     found = users_files({"h0": str(tmp_path / "agent" / "rollout.py"), "h1": ours})
     assert found == sorted(str(tmp_path / "agent" / n) for n in ("agent_system.py", "rollout.py", "tools.py"))
+    # slime's own generate, named only by the memory-faithful smoke's full-length wrapper, is not the user's
+    (tmp_path / "slime_rollout").mkdir()
+    (tmp_path / "slime_rollout" / "sglang_rollout.py").write_text("")
+    (tmp_path / "slime_rollout" / "data_source.py").write_text("")
+    wrapped = users_files({"h0": str(tmp_path / "agent" / "rollout.py"),
+                           FULL_LENGTH_HOOK: str(tmp_path / "slime_rollout" / "sglang_rollout.py")})
+    assert wrapped == found
 
 
 def test_the_stand_in_tokenizer_learns_the_responses_and_the_cap_covers_the_longest(tmp_path):
