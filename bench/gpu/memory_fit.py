@@ -165,7 +165,9 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
               # the memory findings, and whatever did not pass (what made the smoke's exit status)
               "findings": [f for f in report.get("findings", []) if f.get("id", "").startswith(("smoke.memory",
                            "smoke.run")) or f.get("status") not in ("PASS", "SKIP")],
-              "response_length": (report.get("run") or {}).get("response_length")}
+              "response_length": (report.get("run") or {}).get("response_length"),
+              # where the smoke's seconds went: its checks, its assets, the run (Ray's head, slime's start-up)
+              "phase_s": (report.get("run") or {}).get("phase_s")}
     if "stdout_tail" in report:
         result["raw"] = report
     log = smoke_out / "smoke.log"
