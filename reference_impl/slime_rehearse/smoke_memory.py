@@ -98,6 +98,10 @@ def oom_fix(oom: OutOfMemory, plan: dict | None) -> str:
     return next((fixes[k] for k in first if fixes.get(k)), "")
 
 
+# the untimed rest of a job that does not colocate: no switches there, only the seconds around its windows
+OUTSIDE = "outside the timed phases"
+
+
 def busiest(gpus: list[dict]) -> dict:
     return max(gpus, key=lambda g: g["peak_bytes"] - g["baseline_bytes"])
 
@@ -126,7 +130,7 @@ def compare(gpus: list[dict], plan: dict | None, rolled_out: bool = False) -> li
              (ROLLOUT, gpu["phases"].get(ROLLOUT), plan and plan.get("rollout")),
              (TRAIN, gpu["phases"].get(TRAIN), plan and plan.get("train")),
              (WEIGHTS, gpu["phases"].get(WEIGHTS), plan and plan.get("weights")),
-             (BETWEEN, gpu["phases"].get(BETWEEN), None),
+             (BETWEEN if not plan or plan.get("colocate", True) else OUTSIDE, gpu["phases"].get(BETWEEN), None),
              (STARTUP, gpu["phases"].get(STARTUP), None)]
     for what, used, want in pairs:
         if used is None:

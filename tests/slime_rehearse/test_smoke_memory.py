@@ -277,6 +277,10 @@ def test_a_run_stopped_at_start_up_is_not_held_against_plans_peak():
     done = memory_findings(trained, {**plan, "peak": 60 * GIB, "train": 60 * GIB}, None, [1024.0], 1024)
     assert [(f.id, f.status.name) for f in done] == [("smoke.memory", "PASS")]
     assert "peak 56.00 GiB (plan 60.00, +7%)" in done[0].finding
+    # one side of a job that does not colocate has no switches: its untimed rest is named as such
+    split = {r["what"] for r in compare([{**trained[0], "phases": {TRAIN: 57 * GIB, BETWEEN: 50 * GIB}}],
+                                        {"peak": 60 * GIB, "train": 60 * GIB, "colocate": False}, True)}
+    assert split == {"peak", TRAIN, "outside the timed phases"}
     # without the metrics, the missing rollout window means the run stopped before it
     assert "stopped before the rollout:" in memory_findings(trained, plan, None, [], 1024)[0].finding
 
