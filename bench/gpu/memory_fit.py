@@ -6,7 +6,9 @@ measured peak beside `slime-check plan`'s prediction. One JSON per process, and 
     python bench/gpu/memory_fit.py --configs q06-1k-8k-split --side engines --engine slime --out $OUT  # then trainer
 
 Each configuration is a GRPO job on one GPU (the skill's small template's flags), colocated except a
--split one, whose engines and trainer are measured one at a time (--side), with random bf16 weights
+-split one, whose engines and trainer are measured one at a time (--side; a trainer's process trains
+on the samples of the engines' process of its index, else of the first on the machine, so
+`--side trainer --first-index 2 --repeat 2` needs one engines call), with random bf16 weights
 of the named Qwen3 shape, built here by bench/shaped_model.py. The smoke forces every answer to
 --rollout-max-response-len and trains on enough samples to fill the job's largest micro-batch, so
 the measured peak is the job's step-1 peak. A configuration whose name ends in ``-oom`` is built
@@ -81,6 +83,18 @@ def smoke_dir(work: Path, name: str, side: str | None, engine: str, index: int) 
     return work / f"smoke-{name}{'-' + side if side else ''}-{engine}-{index}"
 
 
+def engines_samples(work: Path, name: str, engine: str, index: int) -> Path | None:
+    """The samples a trainer process trains on: those of the engines' process of its own index, else of
+    the first engines' process on this machine (the same full-length samples: a trainer's repeats need
+    no new rollout)."""
+    own = saved_samples(smoke_dir(work, name, "engines", engine, index))
+    if own.parent.is_dir():
+        return own
+    others = sorted(work.glob(smoke_dir(work, name, "engines", engine, 0).name.rsplit("-", 1)[0] + "-*"),
+                    key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    return next((saved_samples(p) for p in others if saved_samples(p).parent.is_dir()), None)
+
+
 def saved_samples(smoke_out: Path) -> Path:
     return smoke_out / "writes" / "save-debug-rollout-data" / "{rollout_id}.pt"
 
@@ -131,10 +145,10 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
             extra: list[str] = (), side: str | None = None) -> dict:
     label = f"{name}-{side}" if side else name
     smoke_out = smoke_dir(work, name, side, engine, index)
-    saved = saved_samples(smoke_dir(work, name, "engines", engine, index)) if side == "trainer" else None
-    if saved is not None and not saved.parent.is_dir():
+    saved = engines_samples(work, name, engine, index) if side == "trainer" else None
+    if side == "trainer" and saved is None:
         raise SystemExit(f"memory_fit.py: --side trainer trains on the samples --side engines saved "
-                         f"({saved.parent} is missing): run --configs {name} --side engines --first-index {index} "
+                         f"(none under {work}): run --configs {name} --side engines --first-index {index} "
                          "on this machine first")
     shape = CONFIGS[name][0]
     model, data = build_model(work, shape)
@@ -156,7 +170,7 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
     except ValueError:
         report = {"stdout_tail": done.stdout[-3000:], "stderr_tail": done.stderr[-3000:]}
     result = {"config": name, "side": side, "engine": engine, "process": index, "returncode": done.returncode,
-              "extra_flags": list(extra),
+              "extra_flags": list(extra), "trained_on": str(saved.parent.parent.parent) if saved else None,
               "wall_s": round(time.time() - t0, 1), "shape": shape,
               "response_len": CONFIGS[name][1], "max_tokens_per_gpu": CONFIGS[name][2],
               "recompute": CONFIGS[name][3], "mem_fraction": CONFIGS[name][4], "colocate": side is None,

@@ -48,6 +48,17 @@ def test_a_split_configuration_runs_one_side_at_a_time_and_the_trainer_needs_the
         memory_fit.run_one("q06-1k-8k-split", "slime", tmp_path, tmp_path, 1, 60, side="trainer")
 
 
+def test_a_trainers_repeats_train_on_the_engines_samples_of_their_own_index_else_the_first(tmp_path):
+    def engines(i):
+        return memory_fit.saved_samples(memory_fit.smoke_dir(tmp_path, "q06-1k-8k-split", "engines", "slime", i))
+
+    for i in (10, 2):
+        engines(i).parent.mkdir(parents=True)
+    assert memory_fit.engines_samples(tmp_path, "q06-1k-8k-split", "slime", 10) == engines(10)
+    assert memory_fit.engines_samples(tmp_path, "q06-1k-8k-split", "slime", 3) == engines(2)  # 2 < 10 as numbers
+    assert memory_fit.engines_samples(tmp_path, "q06-1k-8k", "slime", 1) is None
+
+
 def _run(tmp: Path, name: str, index: int, measured_gib: float | None, predicted_gib: float, oom=None) -> Path:
     compared = [] if measured_gib is None else [
         {"what": "peak", "measured_bytes": int(measured_gib * GIB), "predicted_bytes": int(predicted_gib * GIB)},
