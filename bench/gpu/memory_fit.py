@@ -170,7 +170,7 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
     except ValueError:
         report = {"stdout_tail": done.stdout[-3000:], "stderr_tail": done.stderr[-3000:]}
     result = {"config": name, "side": side, "engine": engine, "process": index, "returncode": done.returncode,
-              "extra_flags": list(extra), "trained_on": str(saved.parent.parent.parent) if saved else None,
+              "extra_flags": list(extra), "trained_on": str(saved.parents[2]) if saved else None,  # the engines' smoke
               "wall_s": round(time.time() - t0, 1), "shape": shape,
               "response_len": CONFIGS[name][1], "max_tokens_per_gpu": CONFIGS[name][2],
               "recompute": CONFIGS[name][3], "mem_fraction": CONFIGS[name][4], "colocate": side is None,

@@ -95,13 +95,12 @@ def slime_log_metrics(log: str, groups: int | None = None) -> list[dict]:
     spec.loader.exec_module(summary)
     records = []
     for rollout_id, metrics in sorted(summary.read_log(log.splitlines()).items()):
-        if "rollout/response_len/mean" not in metrics and "rollout/response_lengths" in metrics:
-            metrics.setdefault("rollout/response_length", metrics["rollout/response_lengths"])
-        if "rollout/response_len/mean" in metrics:
-            metrics.setdefault("rollout/response_length", metrics["rollout/response_len/mean"])
-            if groups:
-                equal = sum(v for k, v in metrics.items() if k.startswith("rollout/zero_std/count_"))
-                metrics.setdefault("rollout/zero_std_ratio", equal / groups)
+        length = metrics.get("rollout/response_len/mean", metrics.get("rollout/response_lengths"))
+        if length is not None:
+            metrics.setdefault("rollout/response_length", length)
+        if groups and "rollout/response_len/mean" in metrics:  # the rollout manager's line: its group counts
+            equal = sum(v for k, v in metrics.items() if k.startswith("rollout/zero_std/count_"))
+            metrics.setdefault("rollout/zero_std_ratio", equal / groups)
         records.append({"rollout_id": rollout_id, **metrics})
     return records
 

@@ -164,14 +164,15 @@ def memory_findings(gpus: list[dict], plan: dict | None, oom: OutOfMemory | None
                                "not measured.", "Run the memory-faithful smoke on the GPU machine.", DOC))
         return out
     lengths = [x for x in response_length if x is not None]
-    rows = compare(gpus, plan, bool(response_length))
+    rolled_out = bool(response_length)  # a rollout logged its metrics
+    rows = compare(gpus, plan, rolled_out)
     if oom is None and rows:
         peak = rows[0]
         total = next(g["total_bytes"] for g in gpus if g["gpu"] == peak["gpu"])
         parts = [f"{r['what']} {r['measured_bytes'] / GIB:.2f} GiB"
                  + (f" (plan {r['predicted_bytes'] / GIB:.2f}, {r['error']:+.0%})" if r["error"] is not None else "")
                  for r in rows]
-        missing = not_reached(gpus, plan, bool(response_length))
+        missing = not_reached(gpus, plan, rolled_out)
         near_full = peak["measured_bytes"] > 0.9 * total
         status = Status.WARN if near_full or missing else Status.PASS
         stopped = ""

@@ -346,14 +346,15 @@ def stand_in_counts(stats_file: Path) -> dict | None:
 
 def verdict(result: dict, shrunk, opts) -> list[Finding]:
     from slime_check.log_signatures import scan
-    from slime_rehearse.smoke_job import split_flags
+    from slime_rehearse.smoke_job import last, split_flags
 
     rc = result.get("returncode")
     findings = run_findings(result, opts) + scan(result.get("log", ""))
     findings += hook_findings(result.get("hooks", {}), rc)
     findings += probe_findings(result.get("probe"))
     findings += filter_findings(filter_counts(result.get("metrics", [])))
-    sft = is_sft(split_flags(shrunk.argv))
+    items = split_flags(shrunk.argv)
+    sft = is_sft(items)
     rollouts = [r for r in result.get("metrics", []) if "rollout/raw_reward" in flat(r)]
     stand_in = result.get("stand_in") or {}
     if rollouts and getattr(opts, "memory", False):  # forced full-length answers: rewards say nothing
@@ -361,7 +362,7 @@ def verdict(result: dict, shrunk, opts) -> list[Finding]:
     elif rollouts:
         findings += reward_findings(rollouts, shrunk, opts, sft, bool(stand_in.get("scripted")))
         findings += weight_findings(result, rc)
-    elif any("--debug-rollout-only" == flag for flag, _ in split_flags(shrunk.argv)):
+    elif last(items, "--debug-rollout-only") is not None:
         findings.append(Finding("smoke.reward", Status.SKIP, "not judged: slime logs a rollout's rewards from its "
                                 "trainer, which --debug-rollout-only does not run"))
     elif rc == 0 and not sft:
