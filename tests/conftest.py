@@ -47,7 +47,7 @@ FAST_MODULES = {  # paths below tests/
     "skill/test_skill_claims.py",
     "skill/test_skill_coverage.py", "skill/test_skill_hook_signatures.py", "slime_check/test_eval_config.py",
     "slime_check/test_flag_registries.py", "slime_check/test_hook_check.py", "slime_check/test_outside_services.py",
-    "slime_check/test_plan.py", "slime_check/test_slime_check_config.py",
+    "slime_check/test_plan.py", "slime_check/test_plan_adam.py", "slime_check/test_slime_check_config.py",
     "slime_check/test_slime_check_launch_script.py", "slime_check/test_slime_check_prereqs.py",
     "slime_check/test_slime_check_registry.py", "slime_check/test_slime_drift.py", "slime_common/test_arg_rules.py",
     "slime_common/test_fileio.py", "slime_ref/test_algo_advantages.py", "slime_ref/test_algo_kl.py",

@@ -23,6 +23,10 @@ exact (bytes, given the shapes and flags; checked against megatron-core in tests
     (MLA: (kv_lora_rank + rope dim) x layers x dtype bytes); the KV that the in-flight requests
     need at full length. Without ``--sglang-mem-fraction-static`` SGLang's own default
     (``server_args._handle_gpu_memory_settings``).
+  * the Adam update with torch's AdamW, which Megatron uses where neither TransformerEngine nor Apex
+    is installed (their FusedAdam updates in place): torch's multi-tensor path takes the square root
+    of every second moment of a parameter group in one call, a new fp32 tensor of 4 bytes per
+    parameter of the shard beside the whole state (``torch.optim.adam._multi_tensor_adam``).
   * host copies: slime's pinned weight backups per rank (actor, reference, old actor; torch's
     pinned allocator rounds each tensor up to a power of two), torch_memory_saver's copy of the
     optimizer state under ``--offload-train``, CPU Adam.
@@ -188,8 +192,14 @@ def total_params(shape: Shape) -> int:
 
 
 def micro_batch_tokens(train: Train, par: Parallel) -> int:
-    """Tokens one GPU holds in its largest micro-batch."""
+    """Tokens one GPU holds in its largest micro-batch. The worst case fills ``--max-tokens-per-gpu``
+    (samples of mixed lengths); samples all ``sample_tokens`` long fill it with as many as fit, as
+    slime's first-fit packing of a step's samples (``slime/utils/seqlen_balancing.first_fit_pack``) does."""
     longest = -(-train.longest // par.cp)
+    if train.sample_tokens:
+        per_bin = (max(1, train.max_tokens * par.cp // train.sample_tokens) if train.dynamic and train.max_tokens
+                   else train.micro_batch)
+        return -(-min(per_bin, max(1, train.global_batch)) * train.sample_tokens // par.cp)
     if train.dynamic and train.max_tokens:
         return max(train.max_tokens, longest)
     return train.micro_batch * longest
@@ -384,6 +394,30 @@ def _train_stage(job: Job, stage: int, critic: bool) -> Phase:
     return phase
 
 
+def adam_step_phase(job: Job, critic: bool = False) -> Phase | None:
+    """The optimizer update with torch's AdamW (``Train.adam_kernel == "torch"``): the state, and the
+    square roots of the second moments, 4 bytes per parameter of the shard on the GPU. None with
+    FusedAdam, whose update needs nothing beside the state."""
+    tr = job.train
+    on_gpu = 1 - (tr.cpu_adam_fraction if tr.cpu_adam else 0)
+    if tr.adam_kernel != "torch" or on_gpu <= 0:
+        return None
+    who = "critic" if critic else "actor"
+    # the worst stage: the one with the most parameters
+    stage = max(range(job.par.pp), key=lambda s: state_items(job, s, critic)[1]["shard"])
+    phase = Phase(f"{who} training step: Adam update (torch's AdamW)", "shared GPU" if job.colocate else "actor GPU",
+                  note="Megatron's Adam without TransformerEngine or Apex")
+    items, counts = state_items(job, stage, critic)
+    phase.items += items
+    phase.add("sqrt of the second moments (torch's multi-tensor AdamW)", 4 * counts["shard"] * on_gpu, "exact",
+              "4 B/param of the shard, one parameter group at a time")
+    _overhead(job, phase, sleeping_engine=job.colocate and job.rollout is not None)
+    if tr.critic:
+        phase.add(f"{'actor' if critic else 'critic'} asleep", CUDA_CONTEXT * GIB, "estimate",
+                  "torch_memory_saver released its state; the context stays")
+    return phase
+
+
 def logprob_phase(job: Job) -> Phase:
     """The forward-only log-prob pass (reference and old-actor log-probs): states stay, logits peak."""
     shape, par, tr = job.shape, job.par, job.train
@@ -431,6 +465,7 @@ def make_plan(job: Job) -> Plan:
         phases.append(train_phase(job))
         if job.train.critic:
             phases.append(train_phase(job, critic=True))
+        phases += [p for p in (adam_step_phase(job), job.train.critic and adam_step_phase(job, critic=True)) if p]
         phases.append(logprob_phase(job))
     eng = None
     if job.rollout is not None:

@@ -267,8 +267,8 @@ def _hf_moe_pattern(hf: dict, layers: int) -> tuple[bool, ...] | None:
     return None
 
 
-def job_from(cfg: Config, card: J.Card, host_ram: int | None,
-             prompt_len: int | None) -> tuple[J.Job, list[tuple[str, bool]], str]:
+def job_from(cfg: Config, card: J.Card, host_ram: int | None, prompt_len: int | None,
+             adam_kernel: str = "fused") -> tuple[J.Job, list[tuple[str, bool]], str]:
     flags = Flags(cfg)
     notes: list[tuple[str, bool]] = []
     shape, hf, source = shape_from(flags, notes)
@@ -359,9 +359,9 @@ def job_from(cfg: Config, card: J.Card, host_ram: int | None,
         main_dtype=str(flags.get("--main-params-dtype", "fp32")),
         exp_avg_dtype=str(flags.get("--exp-avg-dtype", "fp32")),
         exp_avg_sq_dtype=str(flags.get("--exp-avg-sq-dtype", "fp32")), cpu_adam=flags.on("--optimizer-cpu-offload"),
-        cpu_adam_fraction=float(flags.get("--optimizer-offload-fraction", 1.0)), offload_train=offload_train,
-        ref=float(flags.get("--kl-coef", 0.0)) != 0 or flags.on("--use-kl-loss"), critic=critic,
-        keep_old_actor=flags.on("--keep-old-actor"),
+        cpu_adam_fraction=float(flags.get("--optimizer-offload-fraction", 1.0)), adam_kernel=adam_kernel,
+        offload_train=offload_train, ref=float(flags.get("--kl-coef", 0.0)) != 0 or flags.on("--use-kl-loss"),
+        critic=critic, keep_old_actor=flags.on("--keep-old-actor"),
         teacher=flags.on("--use-opd") and flags.soft("--opd-type") == "megatron")
     if train.dynamic and not train.max_tokens:
         raise UserError("--use-dynamic-batch-size needs --max-tokens-per-gpu (slime asserts it); give it")
@@ -410,9 +410,10 @@ def job_from(cfg: Config, card: J.Card, host_ram: int | None,
     return job, notes, source
 
 
-def plan_argv(argv, reg, target, title: str, card: J.Card, host_ram: int | None, prompt_len: int | None) -> Planned:
+def plan_argv(argv, reg, target, title: str, card: J.Card, host_ram: int | None, prompt_len: int | None,
+              adam_kernel: str = "fused") -> Planned:
     cfg = Config(parse_argv(argv, reg), reg, "train.py", target)
-    job, notes, source = job_from(cfg, card, host_ram, prompt_len)
+    job, notes, source = job_from(cfg, card, host_ram, prompt_len, adam_kernel)
     return Planned(title, P.make_plan(job), notes, source)
 
 

@@ -93,6 +93,9 @@ class Train:
     longest: int  # longest sample, prompt + response, in tokens
     dynamic: bool = True
     max_tokens: int | None = None
+    # every sample this long (a memory-faithful smoke's full-length answers): its micro-batches, not the
+    # worst case of mixed lengths
+    sample_tokens: int | None = None
     micro_batch: int = 1
     global_batch: int = 1
     recompute: str | None = None  # "full" | "selective"
@@ -111,6 +114,9 @@ class Train:
     exp_avg_sq_dtype: str = "fp32"
     cpu_adam: bool = False
     cpu_adam_fraction: float = 1.0
+    # Megatron's Adam: "fused" (TransformerEngine's or Apex's FusedAdam, as in slime's image: updates in
+    # place) or "torch" (torch.optim.AdamW, Megatron's fallback without either: see plan.adam_step_phase)
+    adam_kernel: str = "fused"
     offload_train: bool = False
     ref: bool = False
     critic: bool = False

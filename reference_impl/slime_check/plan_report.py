@@ -62,6 +62,13 @@ def _fix_candidates(job: J.Job, limit: float) -> list[Fix]:
         out.append(Fix(P.with_train(job, recompute_method="uniform", recompute_layers=1),
                        "--recompute-method uniform --recompute-num-layers 1", "activations",
                        "recomputation of every layer", 1))
+    if tr.adam_kernel == "torch":
+        from slime_check.prereqs_machine import PIN_TE
+
+        out.append(Fix(P.with_train(job, adam_kernel="fused"),
+                       f"pip install --no-build-isolation 'transformer_engine[pytorch]=={PIN_TE}'",
+                       "Megatron's Adam becomes its FusedAdam, which updates in place: no sqrt of the moments",
+                       "none: slime's image has it", 0))
     if not tr.cpu_adam:
         new = P.with_train(job, cpu_adam=True, cpu_adam_fraction=1.0, precision_aware=True)
         host = P.make_plan(new).host.total - P.make_plan(job).host.total

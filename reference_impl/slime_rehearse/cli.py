@@ -221,8 +221,13 @@ def config(slime_dir, slime_version, env, as_json, script_or_args) -> None:
               help="Host RAM per node in GiB (else the capture's).")
 @click.option("--prompt-len", type=click.IntRange(min=1), default=None, metavar="TOKENS",
               help="Longest prompt in tokens (default: --rollout-max-prompt-len, else 1024, said in the report).")
+@click.option("--adam-kernel", type=click.Choice(["fused", "torch"]), default="fused", show_default=True,
+              help="Megatron's Adam on the machine: fused (TransformerEngine's or Apex's FusedAdam, as in slime's "
+                   "image) or torch (torch's AdamW, Megatron's fallback without either, whose update needs 4 more "
+                   "bytes per parameter of the optimizer shard). `smoke --memory` reads it from the machine.")
 @script_options("Print the plan and the findings as JSON.")
-def plan(gpu, fixture, host_ram, prompt_len, slime_dir, slime_version, env, as_json, script_or_args) -> None:
+def plan(gpu, fixture, host_ram, prompt_len, adam_kernel, slime_dir, slime_version, env, as_json,
+         script_or_args) -> None:
     """Will it fit? Per-GPU peak memory of a launch script's job, before it runs.
 
     \b
@@ -262,7 +267,8 @@ def plan(gpu, fixture, host_ram, prompt_len, slime_dir, slime_version, env, as_j
     plans = []
     if args[0].startswith("-"):
         argv = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(args)]
-        plans.append(plan_argv(argv, reg, identity.target, "command-line arguments", card, host, prompt_len))
+        plans.append(plan_argv(argv, reg, identity.target, "command-line arguments", card, host, prompt_len,
+                               adam_kernel))
     else:
         for item in args:
             if not Path(item).is_file():
@@ -278,7 +284,7 @@ def plan(gpu, fixture, host_ram, prompt_len, slime_dir, slime_version, env, as_j
                                 "lacks its trailing backslash, so those flags never reach train.py; fix the script")
             for inv in reading.invocations:
                 title = f"{item} ({inv.entry} at {inv.origin})"
-                plans.append(plan_argv(inv.argv, reg, identity.target, title, card, host, prompt_len))
+                plans.append(plan_argv(inv.argv, reg, identity.target, title, card, host, prompt_len, adam_kernel))
     reports = [(p, findings(p)) for p in plans]
     every = [f for _, fs in reports for f in fs]
     if as_json:
@@ -317,7 +323,8 @@ def plan(gpu, fixture, host_ram, prompt_len, slime_dir, slime_version, env, as_j
                    "--max-tokens-per-gpu, recompute and SGLang settings, every answer forced to "
                    "--rollout-max-response-len, enough samples to fill the largest micro-batch; each GPU's "
                    "peak per phase (NVML) beside `slime-check plan`'s prediction, and an OOM named by the "
-                   "phase that ran out. Needs the job's GPUs (colocated jobs on one GPU included).")
+                   "phase that ran out. Two rollouts at least: the second step is the first to train beside "
+                   "Adam's moments. Needs the job's GPUs (colocated jobs on one GPU included).")
 @click.argument("script_or_args", nargs=-1, required=True, type=click.UNPROCESSED)
 def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, slime_version, force, as_json, memory,
           script_or_args) -> None:
@@ -349,7 +356,11 @@ def smoke(slime_dir, engine, out, rollouts, timeout_s, env, responses, slime_ver
         engine = "slime" if slime_dir and slime_importable() and _has_gpu() else "slime-ref"
     if memory is None:
         memory = engine == "slime" and _has_gpu()
-    elif memory and not _has_gpu():
+    if memory and rollouts < 2:
+        raise UserError("--memory needs --rollouts 2 or more: the first optimizer step makes Adam's moments (8 bytes "
+                        "per parameter of the optimizer shard), so only the second step trains beside the whole "
+                        "state; give --rollouts 2 (or --no-memory for a plain run)")
+    if memory and not _has_gpu():
         raise UserError("--memory measures the job's GPU memory and needs its GPUs (none found: "
                         "nvidia-smi -L failed); drop --memory, or run on the GPU machine")
     identity = _identify(slime_dir, slime_version)

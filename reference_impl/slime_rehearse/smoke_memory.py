@@ -13,6 +13,7 @@ plan's peak. The switches between rollout and training are measured and shown, n
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from slime_check.findings import Finding, Status
@@ -44,30 +45,56 @@ def card_for(total_bytes: int):
     return card_for_smi(total_bytes // MIB, "NVML")
 
 
-def predicted(argv: list[str], reg, target: str | None, card, engine: str = "slime") -> dict:
+def adam_kernel(engine: str) -> str:
+    """plan's ``--adam-kernel`` for the job run here: slime's Megatron takes TransformerEngine's FusedAdam,
+    else Apex's, else torch's AdamW ("torch"); slime-ref runs torch's fused kernel on CUDA ("fused")."""
+    from importlib import metadata
+
+    if engine == "slime-ref":
+        return "fused"
+    names = {(d.metadata["Name"] or "").lower().replace("_", "-") for d in metadata.distributions()}
+    fused = "apex" in names or any(n.startswith("transformer-engine") for n in names)
+    return "fused" if fused else "torch"
+
+
+def predicted(argv: list[str], reg, target: str | None, card, engine: str = "slime", kernel: str | None = None,
+              sample_tokens: int | None = None) -> dict:
     """plan's per-phase peaks (bytes) for the job's argv on ``card``: {"rollout", "train", "peak", ...}.
 
     plan describes slime. slime-ref keeps the trainer's weights, gradients and optimizer state on the
     GPU while colocated engines generate (reference_impl/ARCHITECTURE.md, "where slime-ref differs"),
     so for ``engine="slime-ref"`` those bytes are added to the rollout in place of plan's sleeping
-    trainer."""
+    trainer. ``kernel``: plan's ``--adam-kernel`` (default: this machine's, :func:`adam_kernel`).
+    ``sample_tokens``: the run's samples, all this long (prompt + forced full-length answer): plan is
+    made for the micro-batches they pack into, what the run measured; the job's worst case (samples
+    of mixed lengths filling ``--max-tokens-per-gpu``) is kept beside it as ``job_train``."""
+    from slime_check import plan as P
     from slime_check.launch_script import Origin, Word
     from slime_check.plan_inputs import plan_argv
     from slime_check.plan_report import findings as plan_findings
 
     words = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(argv)]
-    planned = plan_argv(words, reg, target, "the job", card, None, None)
+    kernel = kernel or adam_kernel(engine)
+    planned = plan_argv(words, reg, target, "the job", card, None, None, kernel)
     plan = planned.plan
+    worst_train = max((p.total for p in plan.phases if "training" in p.name or "log-prob" in p.name), default=None)
+    if sample_tokens and plan.job.trains:
+        plan = P.make_plan(P.with_train(plan.job, sample_tokens=int(sample_tokens)))
     gpu_phases = [p for p in plan.phases if p.where != "host per node"]
     rollout = [p for p in gpu_phases if p.name.startswith("rollout")]
     weights = [p for p in gpu_phases if p.name.startswith("weight update")]
     train = [p for p in gpu_phases if p not in rollout and p not in weights]  # the steps and log-prob passes
-    out = {"card": card.name, "colocate": plan.job.colocate,
+    out = {"card": card.name, "colocate": plan.job.colocate, "adam_kernel": kernel,
            "phases": {p.name: int(p.total) for p in gpu_phases},
            "train": int(max(p.total for p in train)) if train else None,
            "train_phase": max(train, key=lambda p: p.total).name if train else None,
            "rollout": int(rollout[0].total) if rollout else None,
            "weights": int(max(p.total for p in weights)) if weights else None}
+    if plan.job.trains:
+        out["micro_batch_tokens"] = P.micro_batch_tokens(plan.job.train, plan.job.par)
+    if plan is not planned.plan:
+        out["sample_tokens"] = int(sample_tokens)
+        out["job_train"] = int(worst_train)
     if engine == "slime-ref" and plan.job.colocate and rollout:
         state = sum(i.bytes for i in train_phase_items(gpu_phases) if i.label.startswith(TRAIN_STATE))
         asleep = sum(i.bytes for i in rollout[0].items if i.label.startswith("trainer asleep"))
@@ -185,8 +212,13 @@ def memory_findings(gpus: list[dict], plan: dict | None, oom: OutOfMemory | None
                    "`slime-check plan` for the knob.")
         else:
             fix = ""
+        packed = ""
+        if plan and plan.get("sample_tokens"):
+            packed = (f" plan's training figure is for this run's micro-batches of {plan['micro_batch_tokens']} "
+                      f"tokens (samples of {plan['sample_tokens']}); the job's worst, samples of mixed lengths "
+                      f"filling --max-tokens-per-gpu: {plan['job_train'] / GIB:.2f} GiB.")
         out.append(Finding("smoke.memory", status, f"GPU {peak['gpu']} of {total / GIB:.1f} GiB, taken by the run: "
-                           + "; ".join(parts) + "." + stopped, fix, DOC))
+                           + "; ".join(parts) + "." + stopped + packed, fix, DOC))
         off = [r for r in rows if r["error"] is not None and abs(r["error"]) > AGREEMENT]
         if off:
             out.append(Finding("smoke.memory.plan", Status.WARN, "plan's prediction is off by more than 10%: "
@@ -202,6 +234,14 @@ def memory_findings(gpus: list[dict], plan: dict | None, oom: OutOfMemory | None
     return out
 
 
+def sample_tokens(metrics: list[dict]) -> int | None:
+    """The run's samples' length, prompt + answer (slime's ``rollout/total_lengths``, the trainer's mean
+    over a step's samples: with every answer forced to full length, prompts alone vary); None where
+    the engine logs no such figure."""
+    means = [flat(r)["rollout/total_lengths"] for r in metrics if "rollout/total_lengths" in flat(r)]
+    return math.ceil(max(means)) if means else None
+
+
 def memory_verdict(job, opts, out: Path, trace, log: str, metrics: list[dict], shrunk) -> tuple[dict, list[Finding]]:
     """The memory-faithful run's peaks per GPU and phase, plan's prediction beside them, and an OOM.
     ``trace``: the sampler's (None where NVML is absent); ``job``/``shrunk``/``opts``: smoke_job's."""
@@ -210,7 +250,8 @@ def memory_verdict(job, opts, out: Path, trace, log: str, metrics: list[dict], s
     plan, plan_error = None, None
     if gpus:
         try:
-            plan = predicted(job.argv, opts.registry, opts.target, card_for(gpus[0]["total_bytes"]), opts.engine)
+            plan = predicted(job.argv, opts.registry, opts.target, card_for(gpus[0]["total_bytes"]), opts.engine,
+                             sample_tokens=sample_tokens(metrics))
         except Exception as e:  # a job plan cannot read still gets its measurement
             plan_error = f"{type(e).__name__}: {e}"
     oom = find_oom(log, timeline, peak_time(trace) if trace else None)

@@ -381,6 +381,19 @@ def test_memory_without_a_gpu_is_a_usage_error_naming_the_flag(tmp_path):
     assert "--memory" in done.stderr and "GPU" in done.stderr
 
 
+def test_memory_with_one_rollout_is_a_usage_error_naming_adams_moments(tmp_path):
+    from click.testing import CliRunner
+
+    from slime_common.errors import UserError
+    from slime_rehearse.cli import cli
+
+    done = CliRunner().invoke(cli, ["smoke", "--memory", "--rollouts", "1", "--out", str(tmp_path / "o"), "--",
+                                    "--hf-checkpoint", "x"], standalone_mode=False)
+    assert isinstance(done.exception, UserError)  # run_cli prints it as one line and exits 2
+    assert "--rollouts 2" in str(done.exception) and "Adam's moments" in str(done.exception)
+    assert not (tmp_path / "o").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # end to end on slime-ref (CPU: the built-in engine; NVML absent, so nothing is measured)
 
