@@ -156,13 +156,20 @@ def memory_fit(data: dict) -> str:
     def pair(row: dict, what: str, label: str) -> str:
         c = row[what]
         n = c["processes"]
+        now = (row.get("replanned") or {}).get(what)
+        again = (f"; plan now {now['predicted_gib']:.2f}: {100 * now['error']:+.1f}%"
+                 if now and now["predicted_gib"] != c["predicted_gib"] else "")
         return (f"{label} {c['measured_gib']:.2f} GiB against plan's {c['predicted_gib']:.2f} "
-                f"({100 * c['error']:+.1f}%, {n} process{'es' if n > 1 else ''})")
+                f"({100 * c['error']:+.1f}%, {n} process{'es' if n > 1 else ''}{again})")
 
-    parts = [f"{r['config']}: "
-             + "; ".join(pair(r, w, label) for w, label in (("peak", "peak"), ("training and log-prob passes",
-                                                                              "training")) if w in r)
-             for r in data["summary"] if r["engine"] == "slime"]
+    def config(r: dict) -> str:
+        if r.get("oom_phase"):  # built to run out of memory: plan FAILs it; the smoke names the phase
+            return (f"{r['config']}: out of memory in {r['oom_phase']} ({r['oom_short_by_gib']:.2f} GiB short), "
+                    f"plan FAIL ({r['peak']['predicted_gib']:.2f} GiB)")
+        return f"{r['config']}: " + "; ".join(pair(r, w, label) for w, label in (
+            ("peak", "peak"), ("training and log-prob passes", "training")) if w in r)
+
+    parts = [config(r) for r in data["summary"] if r["engine"] == "slime"]
     return "slime v0.3.1, " + "; ".join(parts) + "; " + data["table_note"]
 
 
@@ -197,6 +204,8 @@ ROWS = [
     Row("`gpu/memory_fit.py` (`smoke --memory` beside `plan`)", "memory-fit-h100-*.json", memory_fit,
         "`python3 bench/gpu/memory_fit.py --configs CONFIG --engine slime`, a call each (a -split one: "
         "`--side engines`, then `--side trainer`)"),
+    Row("`gpu/memory_fit.py` on an H200", "memory-fit-h200-*.json", memory_fit,
+        "`python3 bench/gpu/memory_fit.py --configs CONFIG --engine slime`, a call each"),
     Row("`slime_check_prereqs.py --slime-dir`", "slime-check-prereqs-cpu-*.json", prereqs,
         "`python bench/slime_check_prereqs.py --runs 5 --slime-dir SLIME_CHECKOUT`", card="CPU, 2 cores",
         commit="d712e81 recorded"),

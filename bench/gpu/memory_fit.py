@@ -10,8 +10,11 @@ Each configuration is a GRPO job on one GPU (the skill's small template's flags)
 on the samples of the engines' process of its index, else of the first on the machine, so
 `--side trainer --first-index 2 --repeat 2` needs one engines call), with random bf16 weights
 of the named Qwen3 shape, built here by bench/shaped_model.py. The smoke forces every answer to
---rollout-max-response-len and trains on enough samples to fill the job's largest micro-batch, so
-the measured peak is the job's step-1 peak. A configuration whose name ends in ``-oom`` is built
+--rollout-max-response-len and trains on enough samples to fill the job's largest micro-batch, two
+rollouts and two steps (the second is the first to train beside Adam's moments: runs before
+2026-12-07 made one, whose backward lacked them), so the measured peak is the job's steady one.
+plan is made for the micro-batches those equal samples pack into (``smoke_memory.predicted``'s
+``sample_tokens``). A configuration whose name ends in ``-oom`` is built
 to run out of memory: plan must FAIL it and the smoke must name the phase.
 
 Environment: SLIME_DIR and MEGATRON_DIR for --engine slime (bench/gpu/install_slime_set.sh's env.sh),
@@ -44,7 +47,8 @@ SHAPES = {  # shape name: (layers, hidden, ffn, heads)
 # name: (shape, response length, --max-tokens-per-gpu, recompute, --sglang-mem-fraction-static)
 # Together: three shapes, 1k and 8k responses, max-tokens 4096 to 16384, recompute on and off. On an 80 GB
 # card the 4B jobs are for real slime: slime-ref keeps the trainer's state (67 GiB for 4B with Adam) on
-# the GPU beside the pool while it generates.
+# the GPU beside the pool while it generates. The offline set's Adam is torch's AdamW (no TransformerEngine
+# or Apex), whose update takes 4 more bytes a parameter: q4-1k-4k-rc then needs 83.4 GiB, an H200.
 CONFIGS = {
     "q06-1k-8k": ("qwen3-0.6B", 1024, 8192, False, 0.7),
     "q06-1k-16k": ("qwen3-0.6B", 1024, 16384, False, 0.7),
@@ -154,7 +158,7 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
     model, data = build_model(work, shape)
     env = dict(os.environ, PYTHONPATH=str(REPO / "reference_impl"), PYTHONUNBUFFERED="1")
     extra_path = [str(REPO / "bench" / "gpu")]
-    cmd = [sys.executable, "-m", "slime_rehearse.cli", "smoke", "--memory", "--with", engine, "--rollouts", "1",
+    cmd = [sys.executable, "-m", "slime_rehearse.cli", "smoke", "--memory", "--with", engine, "--rollouts", "2",
            "--timeout", str(timeout_s), "--out", str(smoke_out), "--force", "--json"]
     if engine == "slime":
         cmd += ["--slime-dir", os.environ["SLIME_DIR"]]
@@ -190,6 +194,21 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
             f.write(log.read_bytes())
     (out / f"memory-fit-{label}-{engine}-{index}.json").write_text(json.dumps(result, indent=1))
     return result
+
+
+def replan(run: dict, kernel: str = "torch") -> dict:
+    """plan's prediction for a measured run (one JSON of this script), made again by the plan of this
+    checkout: the run's configuration on the run's card (its NVML total), its samples' length
+    (``sample_tokens``, from its log) and Adam kernel (the offline set has neither TransformerEngine
+    nor Apex: torch's AdamW)."""
+    sys.path.insert(0, str(REPO / "reference_impl"))
+    from slime_common.registry import load_registry
+    from slime_rehearse.smoke_memory import card_for, predicted
+
+    saved = Path("/saved/{rollout_id}.pt") if run.get("side") == "trainer" else None
+    argv = job_argv(run["config"], Path("/model"), Path("/prompts.jsonl"), run.get("side"), saved)
+    card = card_for(run["memory"]["gpus"][0]["total_bytes"])
+    return predicted(argv, load_registry("v0.3.1"), "v0.3.1", card, run["engine"], kernel, run.get("sample_tokens"))
 
 
 def summarize(paths: list[Path]) -> dict:
