@@ -246,6 +246,11 @@ def shape_from(flags: Flags, notes: list[tuple[str, bool]]) -> tuple[J.Shape, di
                     v_head=int(need("--v-head-dim", "v_head_dim")))
     if flags.soft("--spec"):
         notes.append(("--spec names a custom layer spec: its layers are counted as standard attention + MLP", True))
+    if flags.soft("--transformer-impl") == "local":
+        notes.append(("--transformer-impl local: activations are counted as TransformerEngine's fused layers keep "
+                      "them; layers in PyTorch ops keep about twice that a token (RMSNorm's fp32 intermediates, "
+                      "SwiGLU's parts: 95,400 against 45,120 bytes for a Qwen3-0.6B layer, counted on CPU), so "
+                      "the activations line is a floor", True))
     if flags.soft("--mtp-num-layers"):
         notes.append(("--mtp-num-layers: the multi-token-prediction layers are not counted", True))
     shape = J.Shape(layers=layers, hidden=hidden, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=head_dim,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from megatron_workers import run_workers, te_named_spec_worker
+from megatron_workers import run_workers, saved_activations_worker, te_named_spec_worker
 
 SPEC_DIR = Path(__file__).resolve().parents[2] / "bench" / "gpu"
 
@@ -39,3 +39,21 @@ def test_te_named_spec_has_slimes_names_and_the_local_specs_math():
         assert abs(grad - renamed[name]) <= 1e-4 * max(1.0, abs(grad)), name
     packed, alone = out["packed"]  # slime's packed batches, which the local DotProductAttention refuses
     torch.testing.assert_close(packed, alone, rtol=1e-5, atol=1e-5)
+
+
+def test_the_sets_layers_keep_about_twice_what_plan_counts_for_transformer_engines():
+    """The GPU machine's set runs these layers, not TransformerEngine's: RMSNorm's fp32 intermediates
+    and SwiGLU's parts in PyTorch ops. For Qwen3-0.6B's layer they keep 2.1x plan's count a token (on
+    CPU; the per-sequence copies torch's CPU attention makes are part of it), which plan's note for
+    --transformer-impl local states."""
+    from slime_check import plan as P
+    from slime_check import plan_job as J
+
+    hidden, ffn, heads, kv_heads, head_dim = shape = (1024, 3072, 16, 8, 128)  # Qwen3-0.6B
+    (kept,) = run_workers(saved_activations_worker, world=1, timeout=300, spec_dir=str(SPEC_DIR), shape=shape,
+                          tokens=512)
+    qwen3 = J.Shape(layers=1, hidden=hidden, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                    vocab=128, tied=False, qk_norm=True)
+    counted = P.layer_activation_per_token(qwen3, J.Parallel(world=1), J.Train(longest=512), False)
+    assert counted == 45_120  # bytes a token: Korthikanti et al.'s count for this layer
+    assert 1.9 <= kept / counted <= 2.3, kept

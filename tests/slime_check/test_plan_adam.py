@@ -172,3 +172,23 @@ def test_where_fused_adam_alone_fits_plan_names_transformer_engine_first():
     assert "no sqrt of the moments" in fixes[0]
     assert not any("transformer_engine" in f for f in train_fixes(P.with_train(job, adam_kernel="fused"),
                                                                   P.peak_train(P.with_train(job, adam_kernel="fused"))))
+
+
+def test_local_layers_make_plan_say_its_activations_are_a_floor(tmp_path):
+    from slime_check.launch_script import Origin, Word
+    from slime_check.plan_inputs import plan_argv
+    from slime_common.registry import load_registry
+
+    base = ["--num-layers", "28", "--hidden-size", "1024", "--ffn-hidden-size", "3072", "--num-attention-heads",
+            "16", "--group-query-attention", "--num-query-groups", "8", "--kv-channels", "128", "--vocab-size",
+            "151936", "--swiglu", "--rollout-max-response-len", "1024", "--use-dynamic-batch-size",
+            "--max-tokens-per-gpu", "8192", "--actor-num-gpus-per-node", "1", "--colocate"]
+
+    def notes(extra):
+        words = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(base + extra)]
+        return [n for n, major in plan_argv(words, load_registry("v0.3.1"), "v0.3.1", "argv", H200, None, None).notes
+                if major]
+
+    assert not any("floor" in n for n in notes([]))
+    (note,) = [n for n in notes(["--transformer-impl", "local"]) if "floor" in n]
+    assert "--transformer-impl local" in note and "95,400 against 45,120" in note
