@@ -201,7 +201,8 @@ def replan(run: dict, kernel: str = "torch") -> dict:
     checkout: the run's configuration on the run's card (its NVML total), its samples' length
     (``sample_tokens``, from its log) and Adam kernel (the offline set has neither TransformerEngine
     nor Apex: torch's AdamW)."""
-    sys.path.insert(0, str(REPO / "reference_impl"))
+    if str(REPO / "reference_impl") not in sys.path:
+        sys.path.insert(0, str(REPO / "reference_impl"))
     from slime_common.registry import load_registry
     from slime_rehearse.smoke_memory import card_for, predicted
 

@@ -331,6 +331,13 @@ def _overhead(job: Job, phase: Phase, sleeping_engine: bool) -> None:
                   "context and NCCL stay; weights, KV and graphs released")
 
 
+def _other_model_asleep(job: Job, phase: Phase, critic: bool) -> None:
+    """PPO: while one of actor and critic trains, the other sleeps with only its CUDA context."""
+    if job.train.critic:
+        phase.add(f"{'actor' if critic else 'critic'} asleep", CUDA_CONTEXT * GIB, "estimate",
+                  "torch_memory_saver released its state; the context stays")
+
+
 def _layers_activation(job: Job, layers: range, tokens: int, in_flight: int) -> tuple[float, float, str]:
     """(kept for backward across the in-flight micro-batches, rebuilt during backward, how) in bytes."""
     shape, par, tr = job.shape, job.par, job.train
@@ -388,9 +395,7 @@ def _train_stage(job: Job, stage: int, critic: bool) -> Phase:
         else:
             phase.add("recomputed layers (during backward)", rebuilt, "estimate", how)
     _overhead(job, phase, sleeping_engine=job.colocate and job.rollout is not None)
-    if tr.critic:
-        phase.add(f"{'actor' if critic else 'critic'} asleep", CUDA_CONTEXT * GIB, "estimate",
-                  "torch_memory_saver released its state; the context stays")
+    _other_model_asleep(job, phase, critic)
     return phase
 
 
@@ -412,9 +417,7 @@ def adam_step_phase(job: Job, critic: bool = False) -> Phase | None:
     phase.add("sqrt of the second moments (torch's multi-tensor AdamW)", 4 * counts["shard"] * on_gpu, "exact",
               "4 B/param of the shard, one parameter group at a time")
     _overhead(job, phase, sleeping_engine=job.colocate and job.rollout is not None)
-    if tr.critic:
-        phase.add(f"{'actor' if critic else 'critic'} asleep", CUDA_CONTEXT * GIB, "estimate",
-                  "torch_memory_saver released its state; the context stays")
+    _other_model_asleep(job, phase, critic)
     return phase
 
 
@@ -496,8 +499,13 @@ def with_rollout(job: Job, **changes) -> Job:
     return replace(job, rollout=replace(job.rollout, **changes))
 
 
+def training_phases(plan: Plan) -> list[Phase]:
+    """The training steps, their Adam updates and the log-prob passes."""
+    return [p for p in plan.phases if "training" in p.name or "log-prob" in p.name]
+
+
 def peak_train(job: Job) -> float:
-    return max(p.total for p in make_plan(job).phases if "training" in p.name or "log-prob" in p.name)
+    return max(p.total for p in training_phases(make_plan(job)))
 
 
 def fitting_max_tokens(job: Job, limit: float) -> int | None:

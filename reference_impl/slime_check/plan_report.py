@@ -139,7 +139,7 @@ def findings(planned: Planned) -> list[Finding]:
     card = job.card
     out = [_model_finding(planned)]
     if job.trains:
-        train = max((p for p in plan.phases if "training" in p.name or "log-prob" in p.name), key=lambda p: p.total)
+        train = max(P.training_phases(plan), key=lambda p: p.total)
         status = _status(train.total, card.usable)
         fix = "" if status is Status.PASS else _join(train_fixes(job, train.total))
         out.append(Finding("plan.train_memory", status,

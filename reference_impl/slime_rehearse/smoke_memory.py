@@ -77,7 +77,6 @@ def predicted(argv: list[str], reg, target: str | None, card, engine: str = "sli
     kernel = kernel or adam_kernel(engine)
     planned = plan_argv(words, reg, target, "the job", card, None, None, kernel)
     plan = planned.plan
-    worst_train = max((p.total for p in plan.phases if "training" in p.name or "log-prob" in p.name), default=None)
     if sample_tokens and plan.job.trains:
         plan = P.make_plan(P.with_train(plan.job, sample_tokens=int(sample_tokens)))
     gpu_phases = [p for p in plan.phases if p.where != "host per node"]
@@ -94,7 +93,7 @@ def predicted(argv: list[str], reg, target: str | None, card, engine: str = "sli
         out["micro_batch_tokens"] = P.micro_batch_tokens(plan.job.train, plan.job.par)
     if plan is not planned.plan:
         out["sample_tokens"] = int(sample_tokens)
-        out["job_train"] = int(worst_train)
+        out["job_train"] = int(max(p.total for p in P.training_phases(planned.plan)))
     if engine == "slime-ref" and plan.job.colocate and rollout:
         state = sum(i.bytes for i in train_phase_items(gpu_phases) if i.label.startswith(TRAIN_STATE))
         asleep = sum(i.bytes for i in rollout[0].items if i.label.startswith("trainer asleep"))
