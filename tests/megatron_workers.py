@@ -473,62 +473,17 @@ def te_named_spec_worker(rank, world, port, spec_dir):
         initialize.destroy()
 
 
-def saved_activations_worker(rank, world, port, spec_dir, shape, tokens):
-    """What one layer of bench/gpu/te_named_local_spec.py keeps for backward, in bytes a token: every
-    tensor autograd saves during the layer's forward (bf16, one packed sequence of ``tokens`` in two
-    halves), each storage once, parameters left out. ``shape``: (hidden, ffn, heads, kv heads, head dim)."""
+def saved_activations_worker(rank, world, port, spec_dir, shape, tokens, sequences=2, pre_norm="hf"):
+    """What one layer of bench/gpu/te_named_local_spec.py keeps for backward (bench/gpu/layer_activations.py's
+    count on CPU: bf16, one packed micro-batch of ``tokens`` in ``sequences`` equal sequences)."""
+    import os
     import sys
 
-    import torch.nn.functional as F
-    from megatron.core import parallel_state as ps
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.packed_seq_params import PackedSeqParams
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    from slime_ref.backends.megatron import initialize
-
     sys.path.insert(0, spec_dir)
-    from te_named_local_spec import te_named_local_spec
+    from layer_activations import measure
 
-    initialize.init_distributed(rank, world, master_port=port)
-    ps.initialize_model_parallel()
-    initialize.set_seed(0)
-    try:
-        hidden, ffn, heads, kv_heads, head_dim = shape
-        config = TransformerConfig(num_layers=1, hidden_size=hidden, num_attention_heads=heads,
-                                   num_query_groups=kv_heads, ffn_hidden_size=ffn, kv_channels=head_dim,
-                                   normalization="RMSNorm", layernorm_epsilon=1e-6, gated_linear_unit=True,
-                                   activation_func=F.silu, add_bias_linear=False, qk_layernorm=True,
-                                   use_cpu_initialization=True, masked_softmax_fusion=False,
-                                   bias_activation_fusion=False, apply_rope_fusion=False,
-                                   gradient_accumulation_fusion=False, persist_layer_norm=False,
-                                   attention_dropout=0.0, hidden_dropout=0.0, params_dtype=torch.bfloat16, bf16=True)
-        spec = te_named_local_spec(argparse.Namespace(qk_layernorm=True, normalization="RMSNorm"), config)
-        model = GPTModel(config, spec, vocab_size=128, max_sequence_length=tokens, position_embedding_type="rope",
-                         rotary_base=1000000)
-        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        half = tokens // 2
-        cu = torch.tensor([0, half, tokens], dtype=torch.int32)
-        packed = PackedSeqParams(cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=half, max_seqlen_kv=half,
-                                 qkv_format="thd")
-        inside, saved = [False], {}
-
-        def pack(t):
-            ptr = t.untyped_storage().data_ptr()
-            if inside[0] and ptr not in params:
-                saved.setdefault(ptr, t.untyped_storage().nbytes())
-            return t
-
-        layer = model.decoder.layers[0]
-        layer.register_forward_pre_hook(lambda *_: inside.__setitem__(0, True))
-        layer.register_forward_hook(lambda *_: inside.__setitem__(0, False))
-        ids = torch.randint(0, 128, (1, tokens))
-        positions = torch.cat([torch.arange(half), torch.arange(half)]).unsqueeze(0)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            model(ids, positions, attention_mask=None, packed_seq_params=packed)
-        return sum(saved.values()) / tokens
-    finally:
-        initialize.destroy()
+    os.environ["MASTER_PORT"] = str(port)
+    return measure(shape, tokens, sequences, "cpu", pre_norm)
 
 
 def step_graphs_worker(rank, world, port, model_dir):

@@ -219,7 +219,9 @@ def layer_activation_per_token(shape: Shape, par: Parallel, train: Train, moe: b
     """Bytes one layer keeps for backward, per token of the micro-batch, on one GPU (Korthikanti et al. 4.1).
 
     ``recomputed``: the count of a layer being rebuilt during backward (all its tensors, selective
-    recomputation ignored)."""
+    recomputation ignored). ``train.layer_impl == "local"``: :func:`local_layer_activation_per_token`."""
+    if train.layer_impl == "local" and not shape.mla and not moe and train.recompute != "selective":
+        return local_layer_activation_per_token(shape, par, train)
     h, t = shape.hidden, par.tp
     s_div = t if par.sp else 1
     dropout = h if train.hidden_dropout > 0 else 0
@@ -269,6 +271,35 @@ def layer_activation_per_token(shape: Shape, par: Parallel, train: Train, moe: b
     if "layernorm" in modules:
         mlp -= 2 * h / s_div
     return attn + mlp
+
+
+def torch_norm_keeps(width: float, rows: float) -> float:
+    """Bytes torch's RMSNorm/LayerNorm keeps for backward beside its output, for ``rows`` rows of ``width``
+    bf16 elements with a bf16 weight. On CUDA (torch 2.8+) ``torch.rms_norm`` runs its fused kernel,
+    which keeps its input and an fp32 1/rms a row (``_fused_rms_norm``)."""
+    return 2 * width + 4 * rows
+
+
+def local_layer_activation_per_token(shape: Shape, par: Parallel, train: Train) -> float:
+    """Bytes a dense layer of Megatron's local spec (``--transformer-impl local``) keeps for backward, per
+    token on one GPU, tensor by tensor as bench/gpu/layer_activations.py measured them on an H100: its norms
+    are torch's (:func:`torch_norm_keeps`), rotary and SwiGLU are PyTorch ops, and attention is a varlen
+    flash kernel (slime packs every micro-batch into one sequence, which only such a kernel takes)."""
+    h, t = shape.hidden, par.tp
+    s_div = t if par.sp else 1
+    a, g, d = shape.heads / t, shape.kv_heads / t, shape.head_dim
+    dropout = h if train.hidden_dropout > 0 else 0
+    pre_norms = 2 * (torch_norm_keeps(h, 1) + 2 * h + dropout) / s_div  # each norm's input, its output (a GEMM's input)
+    # the QKV GEMM's output, which the key norm keeps (its input is a view of it), and the queries, which
+    # Megatron reshapes out of it (a copy) before their norm; each norm's 1/rms a head
+    qk_norms = (2 * (a + 2 * g) * d + 2 * a * d + 4 * (a + g)) if shape.qk_norm else 0
+    rotary = 4 * 2 * d  # cos and sin, for the queries and for the keys (bf16, one head's width a token)
+    flash = 2 * a * d + 2 * g * d + 2 * g * d + 2 * a * d + 4 * a  # rotated q and k, v made contiguous, output, lse
+    f = shape.ffn / t
+    # SwiGLU in PyTorch ops: fc1's output (silu's input), silu's output, the linear half plus Megatron's
+    # glu_linear_offset (a new tensor), and their product (fc2's input); GeLU: fc1's output and fc2's input
+    mlp = (2 * 2 * f + 2 * f + 2 * f + 2 * f) if shape.swiglu else (2 * f + 2 * f)
+    return pre_norms + qk_norms + rotary + flash + mlp
 
 
 def fp32_logits_bytes(shape: Shape, par: Parallel, tokens: int) -> int:

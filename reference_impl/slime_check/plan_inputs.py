@@ -246,11 +246,13 @@ def shape_from(flags: Flags, notes: list[tuple[str, bool]]) -> tuple[J.Shape, di
                     v_head=int(need("--v-head-dim", "v_head_dim")))
     if flags.soft("--spec"):
         notes.append(("--spec names a custom layer spec: its layers are counted as standard attention + MLP", True))
-    if flags.soft("--transformer-impl") == "local":
-        notes.append(("--transformer-impl local: activations are counted as TransformerEngine's fused layers keep "
-                      "them; layers in PyTorch ops keep about twice that a token (RMSNorm's fp32 intermediates, "
-                      "SwiGLU's parts: 95,400 against 45,120 bytes for a Qwen3-0.6B layer, counted on CPU), so "
-                      "the activations line is a floor", True))
+    if flags.soft("--transformer-impl") == "local" and not mla and not experts:
+        notes.append(("--transformer-impl local: activations are counted as Megatron's local layers keep them "
+                      "(torch's norms, rotary and SwiGLU in PyTorch ops, varlen flash attention): about 1.3x "
+                      "TransformerEngine's fused layers a token", False))
+    elif flags.soft("--transformer-impl") == "local":
+        notes.append(("--transformer-impl local: MLA and MoE layers are counted as TransformerEngine's fused layers "
+                      "keep them; in PyTorch ops they keep more, so the activations line is a floor", True))
     if flags.soft("--mtp-num-layers"):
         notes.append(("--mtp-num-layers: the multi-token-prediction layers are not counted", True))
     shape = J.Shape(layers=layers, hidden=hidden, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
@@ -365,6 +367,7 @@ def job_from(cfg: Config, card: J.Card, host_ram: int | None, prompt_len: int | 
         exp_avg_dtype=str(flags.get("--exp-avg-dtype", "fp32")),
         exp_avg_sq_dtype=str(flags.get("--exp-avg-sq-dtype", "fp32")), cpu_adam=flags.on("--optimizer-cpu-offload"),
         cpu_adam_fraction=float(flags.get("--optimizer-offload-fraction", 1.0)), adam_kernel=adam_kernel,
+        layer_impl="local" if flags.soft("--transformer-impl") == "local" else "transformer_engine",
         offload_train=offload_train, ref=float(flags.get("--kl-coef", 0.0)) != 0 or flags.on("--use-kl-loss"),
         critic=critic, keep_old_actor=flags.on("--keep-old-actor"),
         teacher=flags.on("--use-opd") and flags.soft("--opd-type") == "megatron")

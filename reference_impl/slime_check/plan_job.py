@@ -117,6 +117,9 @@ class Train:
     # Megatron's Adam: "fused" (TransformerEngine's or Apex's FusedAdam, as in slime's image: updates in
     # place) or "torch" (torch.optim.AdamW, Megatron's fallback without either: see plan.adam_step_phase)
     adam_kernel: str = "fused"
+    # the layers' kernels: "transformer_engine" (fused norms, SwiGLU and attention, as in slime's image) or
+    # "local" (--transformer-impl local: norms and SwiGLU in PyTorch ops, which keep more for backward)
+    layer_impl: str = "transformer_engine"
     offload_train: bool = False
     ref: bool = False
     critic: bool = False

@@ -174,21 +174,50 @@ def test_where_fused_adam_alone_fits_plan_names_transformer_engine_first():
                                                                   P.peak_train(P.with_train(job, adam_kernel="fused"))))
 
 
-def test_local_layers_make_plan_say_its_activations_are_a_floor(tmp_path):
+def test_local_layers_are_counted_as_the_gpu_measured_them_and_only_mla_or_moe_is_a_floor(tmp_path):
     from slime_check.launch_script import Origin, Word
     from slime_check.plan_inputs import plan_argv
     from slime_common.registry import load_registry
 
     base = ["--num-layers", "28", "--hidden-size", "1024", "--ffn-hidden-size", "3072", "--num-attention-heads",
             "16", "--group-query-attention", "--num-query-groups", "8", "--kv-channels", "128", "--vocab-size",
-            "151936", "--swiglu", "--rollout-max-response-len", "1024", "--use-dynamic-batch-size",
-            "--max-tokens-per-gpu", "8192", "--actor-num-gpus-per-node", "1", "--colocate"]
+            "151936", "--swiglu", "--qk-layernorm", "--rollout-max-response-len", "1024", "--use-dynamic-batch-size",
+            "--max-tokens-per-gpu", "8192", "--actor-num-gpus-per-node", "1", "--colocate", "--hidden-dropout", "0"]
 
-    def notes(extra):
+    def planned(extra):
         words = [Word([a], Origin("argv", i + 1)) for i, a in enumerate(base + extra)]
-        return [n for n, major in plan_argv(words, load_registry("v0.3.1"), "v0.3.1", "argv", H200, None, None).notes
-                if major]
+        return plan_argv(words, load_registry("v0.3.1"), "v0.3.1", "argv", H200, None, None)
 
-    assert not any("floor" in n for n in notes([]))
-    (note,) = [n for n in notes(["--transformer-impl", "local"]) if "floor" in n]
-    assert "--transformer-impl local" in note and "95,400 against 45,120" in note
+    def activations(p):
+        phase = next(ph for ph in p.plan.phases if ph.name == "actor training step")
+        return next(i.bytes for i in phase.items if i.label == "activations kept for backward")
+
+    te, local = planned([]), planned(["--transformer-impl", "local"])
+    tokens = P.micro_batch_tokens(te.plan.job.train, te.plan.job.par)
+    assert activations(te) == 28 * 45_120 * tokens
+    assert activations(local) == 28 * 64_680 * tokens  # bytes a token a layer, as an H100 measured them
+    assert not any("floor" in n for n, major in local.notes)
+    moe = planned(["--transformer-impl", "local", "--num-experts", "8", "--moe-ffn-hidden-size", "768"])
+    assert any("--transformer-impl local" in n and "floor" in n for n, major in moe.notes if major)
+
+
+def test_local_layer_count_equals_the_h100_capture_of_the_sets_layers():
+    """bench/results/layer-activations-h100-2026-12-07.json: every storage autograd saved in one layer of
+    the set's spec on an H100 (torch 2.11, slime's Megatron-LM), for three Qwen3 shapes."""
+    import json
+    from pathlib import Path
+
+    capture = Path(__file__).resolve().parents[2] / "bench" / "results" / "layer-activations-h100-2026-12-07.json"
+    shapes = {"qwen3-0.6B": (1024, 3072, 16), "qwen3-1.7B": (2048, 6144, 16), "qwen3-4B": (2560, 9728, 32)}
+    runs = json.loads(capture.read_text())["runs"]
+    assert {r["shape"] for r in runs} == set(shapes)
+    for run in runs:
+        hidden, ffn, heads = shapes[run["shape"]]
+        shape = J.Shape(layers=1, hidden=hidden, ffn=ffn, heads=heads, kv_heads=8, head_dim=128, vocab=128,
+                        tied=False, qk_norm=True)
+        counted = P.layer_activation_per_token(shape, J.Parallel(world=1), J.Train(longest=8192, layer_impl="local"),
+                                               False)
+        # the varlen kernel's sequence offsets and RNG state: a few bytes a micro-batch, not a token
+        assert counted == pytest.approx(run["saved_bytes_per_token"], abs=0.01), run["shape"]
+        assert counted / P.layer_activation_per_token(shape, J.Parallel(world=1), J.Train(longest=8192), False) \
+            == pytest.approx(1.44, abs=0.03)
