@@ -173,6 +173,14 @@ def memory_fit(data: dict) -> str:
     return "slime v0.3.1, " + "; ".join(parts) + "; " + data["table_note"]
 
 
+def layer_activations(data: dict) -> str:
+    runs = [r for r in data["runs"] if r["pre_norm"] == "hf"]  # the set's spec
+    return ("bytes a layer keeps for backward a token, the set's local layers against plan's TransformerEngine "
+            "count: ") + ", ".join(f"{r['shape'].removeprefix('qwen3-')} {r['saved_bytes_per_token']:,.0f} "
+                  f"({r['plan_bytes_per_token']['transformer_engine']:,.0f})" for r in runs) + \
+        "; plan's --transformer-impl local count equals each"
+
+
 FINAL = "gpu-final-h200-*.json"
 ROWS = [
     Row("`train_throughput.py`, 8 x 1024", FINAL, training("8x1024"),
@@ -206,6 +214,9 @@ ROWS = [
         "`--side engines`, then `--side trainer`)"),
     Row("`gpu/memory_fit.py` on an H200", "memory-fit-h200-*.json", memory_fit,
         "`python3 bench/gpu/memory_fit.py --configs CONFIG --engine slime`, a call each"),
+    Row("`gpu/layer_activations.py`", "layer-activations-h100-*.json", layer_activations,
+        "`python3 bench/gpu/layer_activations.py --shape qwen3-0.6B qwen3-1.7B qwen3-4B --pre-norm hf torch`",
+        commit="b767fd6 (the script), 210d66c"),
     Row("`slime_check_prereqs.py --slime-dir`", "slime-check-prereqs-cpu-*.json", prereqs,
         "`python bench/slime_check_prereqs.py --runs 5 --slime-dir SLIME_CHECKOUT`", card="CPU, 2 cores",
         commit="d712e81 recorded"),
