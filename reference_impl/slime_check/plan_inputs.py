@@ -248,7 +248,7 @@ def shape_from(flags: Flags, notes: list[tuple[str, bool]]) -> tuple[J.Shape, di
         notes.append(("--spec names a custom layer spec: its layers are counted as standard attention + MLP", True))
     if flags.soft("--transformer-impl") == "local" and not mla and not experts:
         notes.append(("--transformer-impl local: activations are counted as Megatron's local layers keep them "
-                      "(torch's norms, rotary and SwiGLU in PyTorch ops, varlen flash attention): about 1.3x "
+                      "(torch's norms, rotary and SwiGLU in PyTorch ops, varlen flash attention): about 1.4x "
                       "TransformerEngine's fused layers a token", False))
     elif flags.soft("--transformer-impl") == "local":
         notes.append(("--transformer-impl local: MLA and MoE layers are counted as TransformerEngine's fused layers "
