@@ -50,8 +50,8 @@ def _node_names(root) -> dict[int, str]:
                     v = getattr(node, attr)
                 except RuntimeError:
                     continue
-                saved += [v] if isinstance(v, torch.Tensor) else [t for t in v if isinstance(t, torch.Tensor)] \
-                    if isinstance(v, (tuple, list)) else []
+                values = v if isinstance(v, (tuple, list)) else [v]
+                saved += [t for t in values if isinstance(t, torch.Tensor)]
         for t in saved:
             names.setdefault(t.untyped_storage().data_ptr(), type(node).__name__)
         todo += [n for n, _ in node.next_functions]

@@ -220,7 +220,7 @@ def layer_activation_per_token(shape: Shape, par: Parallel, train: Train, moe: b
 
     ``recomputed``: the count of a layer being rebuilt during backward (all its tensors, selective
     recomputation ignored). ``train.layer_impl == "local"``: :func:`local_layer_activation_per_token`."""
-    if train.layer_impl == "local" and not shape.mla and not moe and train.recompute != "selective":
+    if counts_local_layers(shape, train, moe):
         return local_layer_activation_per_token(shape, par, train)
     h, t = shape.hidden, par.tp
     s_div = t if par.sp else 1
@@ -273,6 +273,12 @@ def layer_activation_per_token(shape: Shape, par: Parallel, train: Train, moe: b
     return attn + mlp
 
 
+def counts_local_layers(shape: Shape, train: Train, moe: bool) -> bool:
+    """Whether a layer is counted by :func:`local_layer_activation_per_token` (dense attention and MLP,
+    no selective recompute); other local layers get TransformerEngine's count, a floor for them."""
+    return train.layer_impl == "local" and not shape.mla and not moe and train.recompute != "selective"
+
+
 def torch_norm_keeps(width: float, rows: float) -> float:
     """Bytes torch's RMSNorm/LayerNorm keeps for backward beside its output, for ``rows`` rows of ``width``
     bf16 elements with a bf16 weight. On CUDA (torch 2.8+) ``torch.rms_norm`` runs its fused kernel,
@@ -290,9 +296,9 @@ def local_layer_activation_per_token(shape: Shape, par: Parallel, train: Train) 
     a, g, d = shape.heads / t, shape.kv_heads / t, shape.head_dim
     dropout = h if train.hidden_dropout > 0 else 0
     pre_norms = 2 * (torch_norm_keeps(h, 1) + 2 * h + dropout) / s_div  # each norm's input, its output (a GEMM's input)
-    # the QKV GEMM's output, which the key norm keeps (its input is a view of it), and the queries, which
-    # Megatron reshapes out of it (a copy) before their norm; each norm's 1/rms a head
-    qk_norms = (2 * (a + 2 * g) * d + 2 * a * d + 4 * (a + g)) if shape.qk_norm else 0
+    # the query norm keeps the queries Megatron reshapes out of the QKV GEMM's output (a copy); the key
+    # norm's input is a view of that output, which it keeps whole
+    qk_norms = (torch_norm_keeps(a * d, a) + 2 * (a + 2 * g) * d + 4 * g) if shape.qk_norm else 0
     rotary = 4 * 2 * d  # cos and sin, for the queries and for the keys (bf16, one head's width a token)
     flash = 2 * a * d + 2 * g * d + 2 * g * d + 2 * a * d + 4 * a  # rotated q and k, v made contiguous, output, lse
     f = shape.ffn / t

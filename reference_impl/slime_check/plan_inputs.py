@@ -246,13 +246,6 @@ def shape_from(flags: Flags, notes: list[tuple[str, bool]]) -> tuple[J.Shape, di
                     v_head=int(need("--v-head-dim", "v_head_dim")))
     if flags.soft("--spec"):
         notes.append(("--spec names a custom layer spec: its layers are counted as standard attention + MLP", True))
-    if flags.soft("--transformer-impl") == "local" and not mla and not experts:
-        notes.append(("--transformer-impl local: activations are counted as Megatron's local layers keep them "
-                      "(torch's norms, rotary and SwiGLU in PyTorch ops, varlen flash attention): about 1.4x "
-                      "TransformerEngine's fused layers a token", False))
-    elif flags.soft("--transformer-impl") == "local":
-        notes.append(("--transformer-impl local: MLA and MoE layers are counted as TransformerEngine's fused layers "
-                      "keep them; in PyTorch ops they keep more, so the activations line is a floor", True))
     if flags.soft("--mtp-num-layers"):
         notes.append(("--mtp-num-layers: the multi-token-prediction layers are not counted", True))
     shape = J.Shape(layers=layers, hidden=hidden, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
@@ -371,6 +364,14 @@ def job_from(cfg: Config, card: J.Card, host_ram: int | None, prompt_len: int | 
         offload_train=offload_train, ref=float(flags.get("--kl-coef", 0.0)) != 0 or flags.on("--use-kl-loss"),
         critic=critic, keep_old_actor=flags.on("--keep-old-actor"),
         teacher=flags.on("--use-opd") and flags.soft("--opd-type") == "megatron")
+    if train.layer_impl == "local":
+        every_layer = all(P.counts_local_layers(shape, train, shape.is_moe(i)) for i in range(shape.layers))
+        notes.append(("--transformer-impl local: activations are counted as Megatron's local layers keep them "
+                      "(torch's norms, rotary and SwiGLU in PyTorch ops, varlen flash attention): about 1.4x "
+                      "TransformerEngine's fused layers a token", False) if every_layer else
+                     ("--transformer-impl local: MLA and MoE layers, and any under selective recompute, are counted "
+                      "as TransformerEngine's fused layers keep them; in PyTorch ops they keep more, so the "
+                      "activations line is a floor", True))
     if train.dynamic and not train.max_tokens:
         raise UserError("--use-dynamic-batch-size needs --max-tokens-per-gpu (slime asserts it); give it")
 

@@ -199,6 +199,8 @@ def test_local_layers_are_counted_as_the_gpu_measured_them_and_only_mla_or_moe_i
     assert not any("floor" in n for n, major in local.notes)
     moe = planned(["--transformer-impl", "local", "--num-experts", "8", "--moe-ffn-hidden-size", "768"])
     assert any("--transformer-impl local" in n and "floor" in n for n, major in moe.notes if major)
+    selective = planned(["--transformer-impl", "local", "--recompute-granularity", "selective"])
+    assert any("floor" in n for n, major in selective.notes if major)
 
 
 def test_local_layer_count_equals_the_h100_capture_of_the_sets_layers():
