@@ -209,13 +209,38 @@ def replan(run: dict, kernel: str = "torch") -> dict:
     saved = Path("/saved/{rollout_id}.pt") if run.get("side") == "trainer" else None
     argv = job_argv(run["config"], Path("/model"), Path("/prompts.jsonl"), run.get("side"), saved)
     card = card_for(run["memory"]["gpus"][0]["total_bytes"])
-    return predicted(argv, load_registry("v0.3.1"), "v0.3.1", card, run["engine"], kernel, run.get("sample_tokens"))
+    tokens = run.get("sample_tokens") or ((run["memory"].get("predicted") or {}).get("sample_tokens"))
+    return predicted(argv, load_registry("v0.3.1"), "v0.3.1", card, run["engine"], kernel, tokens)
 
 
-def summarize(paths: list[Path]) -> dict:
+def _gib(n: float) -> float:
+    return round(n / 2**30, 2)
+
+
+def replanned(row: dict, runs: list[dict]) -> dict | None:
+    """A summary row's prediction by this checkout's plan (``replan`` of the group's first run that knows
+    its samples' length), beside the row's measured medians: what ``bench/results`` keeps as
+    ``replanned`` so that a later plan's error is read against the same measurements."""
+    first = next((r for r in runs if r.get("sample_tokens") or ((r.get("memory") or {}).get("predicted") or {})
+                  .get("sample_tokens")), runs[0])
+    if not (first.get("memory") or {}).get("gpus"):
+        return None
+    plan = replan(first)
+    out = {"micro_batch_tokens": plan.get("micro_batch_tokens"), "train_phase": plan.get("train_phase")}
+    for what, key in (("peak", "peak"), ("training and log-prob passes", "train"), ("rollout", "rollout")):
+        if what in row and plan.get(key):
+            measured = row[what]["measured_gib"]
+            out[what] = {"predicted_gib": _gib(plan[key]), "error": round((_gib(plan[key]) - measured) / measured, 3)}
+    if plan.get("job_train"):
+        out["job_worst_train_gib"] = _gib(plan["job_train"])
+    return out
+
+
+def summarize(paths: list[Path], with_replan: bool = True) -> dict:
     """Per configuration, engine and card: for the whole run and for each phase plan predicts (rollout,
     training, weight update), the median measured peak of its processes with the spread, plan's
-    prediction and the error; an -oom configuration: whether the smoke named the phase that ran out."""
+    prediction at the run and the error; ``replanned``: the same made by this checkout's plan (runs that
+    know their samples' length); an -oom configuration: whether the smoke named the phase that ran out."""
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for path in paths:
         r = json.loads(path.read_text())
@@ -223,6 +248,9 @@ def summarize(paths: list[Path]) -> dict:
         groups.setdefault((label, r["engine"], r.get("card") or "?"), []).append(r)
     rows = []
     for (name, engine, card), runs in sorted(groups.items()):
+        if not any(c.get("predicted_bytes") for r in runs for c in (r.get("memory") or {}).get("compared") or []) \
+                and not any((r.get("memory") or {}).get("oom") for r in runs):
+            continue  # stopped before plan and before any OOM (a start that failed): kept in runs, not summarized
         row = {"config": name, "engine": engine, "card": card, "processes": len(runs), **{k: runs[0][k] for k in (
             "shape", "response_len", "max_tokens_per_gpu", "recompute", "mem_fraction", "colocate")}}
         compared = [{c["what"]: c for c in ((r.get("memory") or {}).get("compared") or [])} for r in runs]
@@ -239,6 +267,8 @@ def summarize(paths: list[Path]) -> dict:
             row["oom_phase"] = next(o["phase"] for o in oom if o)
             row["oom_short_by_gib"] = next((round(o["short_by"] / 2**30, 2) for o in oom if o and o.get("short_by")),
                                            None)
+        if with_replan and (again := replanned(row, runs)):
+            row["replanned"] = again
         rows.append(row)
     return {"rows": rows}
 

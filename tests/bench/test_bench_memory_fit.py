@@ -115,3 +115,23 @@ def test_this_plan_predicts_every_gpu_measured_peak_within_ten_percent(run):
         return
     assert abs(plan["peak"] - measured) <= 0.10 * measured, (
         f"{run['config']}: plan {plan['peak'] / GIB:.2f} GiB, measured {measured / GIB:.2f} GiB")
+
+
+def test_the_summary_replans_each_configuration_at_its_runs_sample_length(tmp_path):
+    """``replanned`` is this checkout's plan of the group's run that knows its samples' length (1,034 tokens:
+    seven pack into the 8,192-token micro-batch), its error read against the same measured medians."""
+    h100 = next(p for p in RESULTS if "h100" in p.name)
+    runs = [r for r in json.loads(h100.read_text())["runs"] if r["config"] == "q06-1k-8k"]
+    paths = []
+    for i, run in enumerate(runs):
+        paths.append(tmp_path / f"{i}.json")
+        paths[-1].write_text(json.dumps(run))
+    row = memory_fit.summarize(paths)["rows"][0]
+    plan = memory_fit.replan(next(r for r in runs if r.get("sample_tokens") == 1034))
+    again = row["replanned"]
+    assert again["micro_batch_tokens"] == 7 * 1034
+    train = round(plan["train"] / GIB, 2)
+    measured = row["training and log-prob passes"]["measured_gib"]
+    assert again["training and log-prob passes"] == {"predicted_gib": train,
+                                                     "error": round((train - measured) / measured, 3)}
+    assert memory_fit.summarize(paths, with_replan=False)["rows"][0].get("replanned") is None
