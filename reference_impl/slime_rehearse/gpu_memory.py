@@ -147,8 +147,11 @@ def generate_windows(out: Path) -> list[tuple[float, float]]:
 
 
 # slime's timer (slime/utils/timer.py) logs "[2026-12-06 14:29:40] timer.py:24 - Timer train start" in the
-# training actor; "train" spans the log-prob passes and the optimizer steps
-SLIME_TIMER = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] timer\.py:\d+ - Timer (\w+) (start|end)")
+# training actor, and "Timer train end (elapsed: 30.7s)"; "train" spans the log-prob passes and the optimizer steps
+SLIME_TIMER = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] timer\.py:\d+ - Timer (\w+) (start|end)"
+                         r"(?: \(elapsed: ([\d.]+)s\))?")
+# a colocated engine giving up or taking back its memory: SGLang's access log, written once the call is done
+POOL_SWITCH = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] INFO: .*\"POST /(release|resume)_memory_occupation")
 
 
 @dataclass
@@ -169,22 +172,36 @@ def _merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return [(s, e) for s, e in merged]
 
 
+def _stamp(text: str) -> float:
+    return time.mktime(time.strptime(text, "%Y-%m-%d %H:%M:%S"))  # the machine's local time, as logged
+
+
 def slime_timer_spans(log: str, name: str) -> list[tuple[float, float]]:
-    """Spans of slime's ``Timer NAME`` from the log. Its stamps are whole seconds, so a span is trimmed
-    to the whole seconds surely inside it: [stamp(start) + 1, stamp(end) + 1). That drops up to a second
-    at the start, where the switch before it (an engine releasing its pool) may still be in the same
-    second; a training phase lasts far longer than that."""
+    """Spans of slime's ``Timer NAME`` from the log. Its stamps are whole seconds and its end line gives
+    the elapsed time, so a phase that started in second S and ended in second E after D seconds ran
+    somewhere in [max(S, E - D), min(E + 1, S + 1 + D)], and surely in [min(S + 1, E + 1 - D),
+    max(E, S + D)]. A span is the first, narrowed to the second where a colocated engine gave up its pool
+    in the start's second (before training) or took it back in the end's second or the next (after it):
+    that memory is the engine's, not the phase's. A sub-second step (the second step of a short job, the
+    one that trains beside Adam's moments) keeps its window."""
+    released = {_stamp(m.group(1)) for m in POOL_SWITCH.finditer(log) if m.group(2) == "release"}
+    resumed = {_stamp(m.group(1)) for m in POOL_SWITCH.finditer(log) if m.group(2) == "resume"}
     spans, opened = [], []
     for m in SLIME_TIMER.finditer(log):
         if m.group(2) != name:
             continue
-        t = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))  # the machine's local time, as logged
+        t = _stamp(m.group(1))
         if m.group(3) == "start":
             opened.append(t)
         elif opened:
             start = opened.pop(0)
-            if t > start:
-                spans.append((start + 1, t + 1))
+            took = float(m.group(4)) if m.group(4) else max(0.0, t - start - 1)
+            early, late = (max(start, t - took), min(start + 1, t + 1 - took))  # where it may have started
+            first, last = (max(t, start + took), min(t + 1, start + 1 + took))  # where it may have ended
+            begin = late if start in released else early
+            end = first if t in resumed or t + 1 in resumed else last
+            if end > begin:
+                spans.append((begin, end))
     return spans
 
 

@@ -140,20 +140,42 @@ SLIME_TIMER_LOG = "".join(f"{RAY_PREFIX} [2026-12-06 {at}] timer.py:24 - Timer {
                                            ("14:30:18", "update_weights start")))
 
 
-def test_slimes_train_timer_gives_the_training_window_trimmed_to_whole_seconds_inside_it():
+def _near(expected):
+    return pytest.approx(expected, abs=1e-6)  # epoch seconds: a relative tolerance would hide whole seconds
+
+
+def test_slimes_train_timer_gives_the_seconds_the_phase_may_have_run_in():
     at = time.mktime(time.strptime("2026-12-06 14:29:40", "%Y-%m-%d %H:%M:%S"))
-    # the start's second may still hold the engine's pool (released just before): it is left out
-    assert slime_timer_spans(SLIME_TIMER_LOG, "train") == [(at + 1, at + 32)]
+    # stamped 14:29:40 and 14:30:11, 30.7 s: it started at 40.3 at the earliest and ended by 71.7
+    assert slime_timer_spans(SLIME_TIMER_LOG, "train") == [_near((at + 0.3, at + 31.7))]
     assert slime_timer_spans(SLIME_TIMER_LOG, "update_weights") == []  # never ended: no window
     same_second = "[2026-12-06 14:29:40] timer.py:24 - Timer train start\n" \
                   "[2026-12-06 14:29:40] timer.py:32 - Timer train end (elapsed: 0.4s)\n"
-    assert slime_timer_spans(same_second, "train") == []
+    assert slime_timer_spans(same_second, "train") == [(at, at + 1)]  # a sub-second step keeps its second
+
+
+def test_an_engine_switching_its_pool_in_the_same_second_narrows_the_window_to_where_the_step_surely_ran():
+    at = time.mktime(time.strptime("2026-12-06 14:29:40", "%Y-%m-%d %H:%M:%S"))
+    engine = ("(SGLangEngine pid=2690) [2026-12-06 14:29:{:02d}] INFO:     10.0.0.2:44854 - "
+              "\"POST /{}_memory_occupation HTTP/1.1\" 200 OK\n")
+    step = "[2026-12-06 14:29:40] timer.py:24 - Timer train start\n" \
+           "[2026-12-06 14:29:42] timer.py:32 - Timer train end (elapsed: 1.4s)\n"
+    # started 40.6-41, ended 42-42.4
+    assert slime_timer_spans(step, "train") == [_near((at + 0.6, at + 2.4))]
+    # the pool released in the start's second: from 41, the latest start; taken back in the end's second
+    # or the next: up to 42, the earliest end
+    assert slime_timer_spans(engine.format(40, "release") + step, "train") == [_near((at + 1, at + 2.4))]
+    assert slime_timer_spans(engine.format(39, "release") + step + engine.format(43, "resume"), "train") == [
+        _near((at + 0.6, at + 2))]
+    short = "[2026-12-06 14:29:40] timer.py:24 - Timer train start\n" \
+            "[2026-12-06 14:29:40] timer.py:32 - Timer train end (elapsed: 0.7s)\n"
+    assert slime_timer_spans(engine.format(40, "release") + short, "train") == [_near((at + 0.3, at + 1))]
 
 
 def test_a_real_slime_smoke_log_gives_one_training_window_of_its_timers_length():
     log = gzip.decompress((TESTS / "fixtures" / "gpu_memory" / "h100-slime-q06-1k-8k.log.gz").read_bytes()).decode()
     (start, end), = slime_timer_spans(log, "train")  # "Timer train end (elapsed: 23.8s)", stamped 15:00:17-41
-    assert end - start == 24 and time.strftime("%H:%M:%S", time.localtime(start)) == "15:00:18"
+    assert end - start == _near(24.6) and time.strftime("%H:%M:%S", time.localtime(start)) == "15:00:17"
     assert find_oom(log) is None
 
 
@@ -167,7 +189,7 @@ def test_colocated_slimes_pool_held_after_the_rollout_is_not_the_training_peak(t
     used = [[57 * GIB], [58 * GIB], [57 * GIB], [16 * GIB], [17 * GIB], [57 * GIB]]
     trace = Trace(times=times, used=used, total=[80 * GIB], baseline=[0])
     timeline = read_timeline(tmp_path, SLIME_TIMER_LOG)
-    assert timeline.rollout == [(at - 10, at - 6)] and timeline.train == [(at + 1, at + 32)]
+    assert timeline.rollout == [(at - 10, at - 6)] and timeline.train == [_near((at + 0.3, at + 31.7))]
     phases = phase_peaks(trace, timeline)[0]["phases"]
     assert phases == {STARTUP: 57 * GIB, ROLLOUT: 58 * GIB, TRAIN: 17 * GIB, BETWEEN: 57 * GIB}
 
