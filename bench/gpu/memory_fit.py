@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+TRAIN = "training and log-prob passes"  # the smoke's name for the phase (slime_rehearse.gpu_memory.TRAIN)
 # slime's scripts/models/qwen3-*.sh, without the shape numbers (added per shape below)
 QWEN3_FLAGS = ["--swiglu", "--group-query-attention", "--num-query-groups", "8", "--use-rotary-position-embeddings",
                "--disable-bias-linear", "--normalization", "RMSNorm", "--norm-epsilon", "1e-6", "--rotary-base",
@@ -183,7 +184,7 @@ def run_one(name: str, engine: str, work: Path, out: Path, index: int, timeout_s
               # the memory findings, and whatever did not pass (what made the smoke's exit status)
               "findings": [f for f in report.get("findings", []) if f.get("id", "").startswith(("smoke.memory",
                            "smoke.run")) or f.get("status") not in ("PASS", "SKIP")],
-              "response_length": (report.get("run") or {}).get("response_length"),
+              "response_length": (report.get("run") or {}).get("response_length"), "rollouts": 2,
               # where the smoke's seconds went: its checks, its assets, the run (Ray's head, slime's start-up)
               "phase_s": (report.get("run") or {}).get("phase_s")}
     if "stdout_tail" in report:
@@ -227,7 +228,7 @@ def replanned(row: dict, runs: list[dict]) -> dict | None:
         return None
     plan = replan(first)
     out = {"micro_batch_tokens": plan.get("micro_batch_tokens"), "train_phase": plan.get("train_phase")}
-    for what, key in (("peak", "peak"), ("training and log-prob passes", "train"), ("rollout", "rollout")):
+    for what, key in (("peak", "peak"), (TRAIN, "train"), ("rollout", "rollout")):
         if what in row and plan.get(key):
             measured = row[what]["measured_gib"]
             out[what] = {"predicted_gib": _gib(plan[key]), "error": round((_gib(plan[key]) - measured) / measured, 3)}
@@ -254,8 +255,12 @@ def summarize(paths: list[Path], with_replan: bool = True) -> dict:
         row = {"config": name, "engine": engine, "card": card, "processes": len(runs), **{k: runs[0][k] for k in (
             "shape", "response_len", "max_tokens_per_gpu", "recompute", "mem_fraction", "colocate")}}
         compared = [{c["what"]: c for c in ((r.get("memory") or {}).get("compared") or [])} for r in runs]
+        # training and the whole run's peak: the runs whose second step trained beside Adam's moments, where
+        # there are any (a run of one step, before 2026-12-07, measured a backward without them)
+        steady = [c for c, r in zip(compared, runs, strict=True) if (r.get("rollouts") or 1) >= 2]
         for what in sorted({w for c in compared for w in c}, key=lambda w: (w != "peak", w)):
-            measured = [c[what]["measured_bytes"] for c in compared if what in c]
+            which = steady if what in (TRAIN, "peak") and any(what in c for c in steady) else compared
+            measured = [c[what]["measured_bytes"] for c in which if what in c]
             predicted = next((c[what]["predicted_bytes"] for c in compared if what in c), None)
             med = statistics.median(measured)
             row[what] = {"processes": len(measured), "measured_gib": round(med / 2**30, 2),

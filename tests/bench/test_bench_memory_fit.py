@@ -135,3 +135,15 @@ def test_the_summary_replans_each_configuration_at_its_runs_sample_length(tmp_pa
     assert again["training and log-prob passes"] == {"predicted_gib": train,
                                                      "error": round((train - measured) / measured, 3)}
     assert memory_fit.summarize(paths, with_replan=False)["rows"][0].get("replanned") is None
+
+
+def test_training_is_the_median_of_the_runs_that_made_a_second_step_where_there_are_any(tmp_path):
+    paths = [_run(tmp_path, "q06-1k-8k", i, gib, 56.0) for i, gib in enumerate((70.0, 70.0))]
+    two = json.loads(paths[1].read_text())
+    two["rollouts"] = 2
+    two["memory"]["compared"][1]["measured_bytes"] = 34 * GIB
+    paths[1].write_text(json.dumps(two))
+    row = memory_fit.summarize(paths)["rows"][0]
+    assert row["training and log-prob passes"]["processes"] == 1
+    assert row["training and log-prob passes"]["measured_gib"] == 34.0
+    assert row["peak"]["processes"] == 1  # the whole run's peak too: the first run's lacks the second step

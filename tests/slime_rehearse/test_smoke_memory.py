@@ -179,6 +179,26 @@ def test_a_real_slime_smoke_log_gives_one_training_window_of_its_timers_length()
     assert find_oom(log) is None
 
 
+def test_slimes_sub_second_second_step_is_training_in_a_real_two_step_run():
+    """The second step (0.7 s, stamped start and end in one second) trains beside Adam's moments: its
+    34.33 GiB, not the first step's 30.20, is the job's training peak."""
+    fixtures = TESTS / "fixtures" / "gpu_memory"
+    log = gzip.decompress((fixtures / "h100-slime-q06-1k-8k-two-steps.log.gz").read_bytes()).decode()
+    saved = json.loads(gzip.decompress((fixtures / "h100-slime-q06-1k-8k-two-steps.trace.json.gz").read_bytes()))
+    samples = saved["trace"]["samples"]
+    trace = Trace(times=[s[0] for s in samples], used=[s[1:] for s in samples], total=saved["trace"]["total"],
+                  baseline=saved["trace"]["baseline"])
+    first, second = slime_timer_spans(log, "train")
+    assert second[1] - second[0] == _near(1.0)  # the whole second: no engine switched its pool in it
+    base = trace.baseline[0]
+
+    def peak(spans):
+        return round((phase_peaks(trace, Timeline(rollout=[tuple(w) for w in saved["rollout"]], train=spans))[0]
+                      ["phases"][TRAIN] - base) / GIB, 2)
+
+    assert peak([first]) == 30.2 and peak([first, second]) == 34.33
+
+
 def test_colocated_slimes_pool_held_after_the_rollout_is_not_the_training_peak(tmp_path):
     """Real slime, colocated: the engine keeps its 57 GiB pool until the switch after the rollout and
     takes it back before the weight update. Only the timer's window gives training its own 17 GiB."""
