@@ -35,7 +35,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TRAIN = "training and log-prob passes"  # the smoke's name for the phase (slime_rehearse.gpu_memory.TRAIN)
+if str(REPO / "reference_impl") not in sys.path:
+    sys.path.insert(0, str(REPO / "reference_impl"))
+
+from slime_rehearse.gpu_memory import TRAIN  # noqa: E402  (the smoke's name for the training phase)
+
 # slime's scripts/models/qwen3-*.sh, without the shape numbers (added per shape below)
 QWEN3_FLAGS = ["--swiglu", "--group-query-attention", "--num-query-groups", "8", "--use-rotary-position-embeddings",
                "--disable-bias-linear", "--normalization", "RMSNorm", "--norm-epsilon", "1e-6", "--rotary-base",
@@ -202,16 +206,18 @@ def replan(run: dict, kernel: str = "torch") -> dict:
     checkout: the run's configuration on the run's card (its NVML total), its samples' length
     (``sample_tokens``, from its log) and Adam kernel (the offline set has neither TransformerEngine
     nor Apex: torch's AdamW)."""
-    if str(REPO / "reference_impl") not in sys.path:
-        sys.path.insert(0, str(REPO / "reference_impl"))
     from slime_common.registry import load_registry
     from slime_rehearse.smoke_memory import card_for, predicted
 
     saved = Path("/saved/{rollout_id}.pt") if run.get("side") == "trainer" else None
     argv = job_argv(run["config"], Path("/model"), Path("/prompts.jsonl"), run.get("side"), saved)
     card = card_for(run["memory"]["gpus"][0]["total_bytes"])
-    tokens = run.get("sample_tokens") or ((run["memory"].get("predicted") or {}).get("sample_tokens"))
-    return predicted(argv, load_registry("v0.3.1"), "v0.3.1", card, run["engine"], kernel, tokens)
+    return predicted(argv, load_registry("v0.3.1"), "v0.3.1", card, run["engine"], kernel, _sample_tokens(run))
+
+
+def _sample_tokens(run: dict) -> int | None:
+    """The run's samples' length: set on the stored runs of before 2026-12-07, else the smoke's prediction's."""
+    return run.get("sample_tokens") or (((run.get("memory") or {}).get("predicted") or {}).get("sample_tokens"))
 
 
 def _gib(n: float) -> float:
@@ -222,8 +228,7 @@ def replanned(row: dict, runs: list[dict]) -> dict | None:
     """A summary row's prediction by this checkout's plan (``replan`` of the group's first run that knows
     its samples' length), beside the row's measured medians: what ``bench/results`` keeps as
     ``replanned`` so that a later plan's error is read against the same measurements."""
-    first = next((r for r in runs if r.get("sample_tokens") or ((r.get("memory") or {}).get("predicted") or {})
-                  .get("sample_tokens")), runs[0])
+    first = next((r for r in runs if _sample_tokens(r)), runs[0])
     if not (first.get("memory") or {}).get("gpus"):
         return None
     plan = replan(first)
@@ -261,17 +266,16 @@ def summarize(paths: list[Path], with_replan: bool = True) -> dict:
         for what in sorted({w for c in compared for w in c}, key=lambda w: (w != "peak", w)):
             which = steady if what in (TRAIN, "peak") and any(what in c for c in steady) else compared
             measured = [c[what]["measured_bytes"] for c in which if what in c]
-            predicted = next((c[what]["predicted_bytes"] for c in compared if what in c), None)
+            predicted = next((c[what]["predicted_bytes"] for c in which if what in c), None)
             med = statistics.median(measured)
-            row[what] = {"processes": len(measured), "measured_gib": round(med / 2**30, 2),
-                         "spread_gib": round((max(measured) - min(measured)) / 2**30, 2),
-                         "predicted_gib": round(predicted / 2**30, 2) if predicted else None,
+            row[what] = {"processes": len(measured), "measured_gib": _gib(med),
+                         "spread_gib": _gib(max(measured) - min(measured)),
+                         "predicted_gib": _gib(predicted) if predicted else None,
                          "error": round((predicted - med) / med, 3) if predicted and med else None}
         oom = [(r.get("memory") or {}).get("oom") for r in runs]
         if any(oom):
             row["oom_phase"] = next(o["phase"] for o in oom if o)
-            row["oom_short_by_gib"] = next((round(o["short_by"] / 2**30, 2) for o in oom if o and o.get("short_by")),
-                                           None)
+            row["oom_short_by_gib"] = next((_gib(o["short_by"]) for o in oom if o and o.get("short_by")), None)
         if with_replan and (again := replanned(row, runs)):
             row["replanned"] = again
         rows.append(row)

@@ -184,8 +184,9 @@ def slime_timer_spans(log: str, name: str) -> list[tuple[float, float]]:
     in the start's second (before training) or took it back in the end's second or the next (after it):
     that memory is the engine's, not the phase's. A sub-second step (the second step of a short job, the
     one that trains beside Adam's moments) keeps its window."""
-    released = {_stamp(m.group(1)) for m in POOL_SWITCH.finditer(log) if m.group(2) == "release"}
-    resumed = {_stamp(m.group(1)) for m in POOL_SWITCH.finditer(log) if m.group(2) == "resume"}
+    switched: dict[str, set[float]] = {"release": set(), "resume": set()}
+    for m in POOL_SWITCH.finditer(log):
+        switched[m.group(2)].add(_stamp(m.group(1)))
     spans, opened = [], []
     for m in SLIME_TIMER.finditer(log):
         if m.group(2) != name:
@@ -195,11 +196,12 @@ def slime_timer_spans(log: str, name: str) -> list[tuple[float, float]]:
             opened.append(t)
         elif opened:
             start = opened.pop(0)
+            # no elapsed time on the line: the whole seconds surely inside, [S + 1, E]
             took = float(m.group(4)) if m.group(4) else max(0.0, t - start - 1)
             early, late = (max(start, t - took), min(start + 1, t + 1 - took))  # where it may have started
             first, last = (max(t, start + took), min(t + 1, start + 1 + took))  # where it may have ended
-            begin = late if start in released else early
-            end = first if t in resumed or t + 1 in resumed else last
+            begin = late if start in switched["release"] else early
+            end = first if {t, t + 1} & switched["resume"] else last
             if end > begin:
                 spans.append((begin, end))
     return spans

@@ -142,8 +142,10 @@ def test_training_is_the_median_of_the_runs_that_made_a_second_step_where_there_
     two = json.loads(paths[1].read_text())
     two["rollouts"] = 2
     two["memory"]["compared"][1]["measured_bytes"] = 34 * GIB
+    two["memory"]["compared"][1]["predicted_bytes"] = 25 * GIB  # plan at that run, not at the first
     paths[1].write_text(json.dumps(two))
     row = memory_fit.summarize(paths)["rows"][0]
     assert row["training and log-prob passes"]["processes"] == 1
     assert row["training and log-prob passes"]["measured_gib"] == 34.0
+    assert row["training and log-prob passes"]["predicted_gib"] == 25.0
     assert row["peak"]["processes"] == 1  # the whole run's peak too: the first run's lacks the second step
