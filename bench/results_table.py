@@ -181,6 +181,20 @@ def layer_activations(data: dict) -> str:
         "; plan's --transformer-impl local count equals each"
 
 
+def logprob_memory(data: dict) -> str:
+    def case(mode: str, temperature: float = 1.0, chunk: int = -1, entropy: float = 0.0) -> str:
+        r = next(r for r in data["runs"] if r["tokens"] == 16384 and r["shape"] == "qwen3-1.7B" and r["mode"] == mode
+                 and r["temperature"] == temperature and r["log_probs_chunk_size"] == chunk
+                 and r["entropy_coef"] == entropy)
+        return f"{r['allocated_bytes_per_logit']:.2f} / {r['reserved_bytes_per_logit']:.2f}"
+
+    return ("bytes a logit, allocated / reserved, slime's log-prob path at 16,384 tokens: forward only "
+            f"{case('forward_only')}, with --log-probs-chunk-size 1024 {case('forward_only', chunk=1024)}, "
+            f"at temperature 0.8 {case('forward_only', 0.8)}; training {case('train')}, with --entropy-coef "
+            f"{case('train', entropy=0.01)}; plan counts the allocated figure and the freed bf16 block (2) "
+            "where no chunk reuses it")
+
+
 FINAL = "gpu-final-h200-*.json"
 ROWS = [
     Row("`train_throughput.py`, 8 x 1024", FINAL, training("8x1024"),
@@ -217,6 +231,9 @@ ROWS = [
     Row("`gpu/layer_activations.py`", "layer-activations-h100-*.json", layer_activations,
         "`python3 bench/gpu/layer_activations.py --shape qwen3-0.6B qwen3-1.7B qwen3-4B --pre-norm hf torch`",
         commit="b767fd6 (the script), 210d66c"),
+    Row("`gpu/logprob_memory.py`", "logprob-memory-h100-*.json", logprob_memory,
+        "`python3 bench/gpu/logprob_memory.py --shape qwen3-0.6B qwen3-1.7B --tokens 1034 7238 9216 16384 "
+        "--temperature 1.0 0.8 --chunk -1 1024` (slime's source on PYTHONPATH)", commit="099d1a9"),
     Row("`slime_check_prereqs.py --slime-dir`", "slime-check-prereqs-cpu-*.json", prereqs,
         "`python bench/slime_check_prereqs.py --runs 5 --slime-dir SLIME_CHECKOUT`", card="CPU, 2 cores",
         commit="d712e81 recorded"),

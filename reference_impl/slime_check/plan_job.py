@@ -190,8 +190,13 @@ class Job:
 class Item:
     label: str
     bytes: float
-    kind: str  # "exact" | "estimate"
+    kind: str  # "exact" | "estimate" | CACHED
     detail: str = ""
+
+
+# An item torch's caching allocator keeps reserved though no tensor holds it: NVML (and the memory smoke) sees
+# it, but the allocator frees its cached blocks and retries before it raises out-of-memory.
+CACHED = "cached"
 
 
 @dataclass
@@ -205,6 +210,11 @@ class Phase:
     @property
     def total(self) -> float:
         return sum(i.bytes for i in self.items)
+
+    @property
+    def releasable(self) -> float:
+        """What of ``total`` torch would free before running out of memory (the ``CACHED`` items)."""
+        return sum(i.bytes for i in self.items if i.kind == CACHED)
 
     def add(self, label: str, nbytes: float, kind: str, detail: str = "") -> None:
         self.items.append(Item(label, nbytes, kind, detail))

@@ -29,8 +29,15 @@ def _share(total: float, capacity: float) -> str:
     return f"{J.gib(total)} of {J.gib(capacity)} GiB ({100 * total / capacity:.0f}%)"
 
 
-def _status(total: float, capacity: float) -> Status:
-    return Status(P.verdict(total, capacity))
+def _status(phase: J.Phase, capacity: float) -> Status:
+    return Status(P.verdict(phase.total, capacity, phase.releasable))
+
+
+def _cached_note(phase: J.Phase, capacity: float) -> str:
+    if phase.total <= capacity or not phase.releasable:
+        return ""
+    return (f" Of that, {J.gib(phase.releasable)} GiB is the bf16 logits' freed block, which torch's allocator "
+            "releases before it runs out: the step fits, with a cache flush each time.")
 
 
 @dataclass
@@ -140,10 +147,11 @@ def findings(planned: Planned) -> list[Finding]:
     out = [_model_finding(planned)]
     if job.trains:
         train = max(P.training_phases(plan), key=lambda p: p.total)
-        status = _status(train.total, card.usable)
+        status = _status(train, card.usable)
         fix = "" if status is Status.PASS else _join(train_fixes(job, train.total))
         out.append(Finding("plan.train_memory", status,
-                           f"Training peaks at {_share(train.total, card.usable)} per {card.name} in the {train.name}.",
+                           f"Training peaks at {_share(train.total, card.usable)} per {card.name} in the {train.name}."
+                           + _cached_note(train, card.usable),
                            fix or "Use more GPUs per model copy (TP, PP) or a larger GPU.", PERF_DOC))
     else:
         out.append(Finding("plan.train_memory", Status.SKIP, "--debug-rollout-only: no trainer is started."))
@@ -187,7 +195,7 @@ def _rollout_findings(plan: P.Plan) -> list[Finding]:
             "engines).",
             COLOCATE_DOC))
         return out
-    status = _status(rollout.total, card.usable)
+    status = _status(rollout, card.usable)
     fix = ""
     if status is not Status.PASS:
         other = rollout.total - eng.static
@@ -203,11 +211,12 @@ def _rollout_findings(plan: P.Plan) -> list[Finding]:
     out.append(_kv_finding(plan))
     if job.colocate:
         shared = max((p for p in plan.phases if p.where == "shared GPU"), key=lambda p: p.total)
-        status = _status(shared.total, card.usable)
+        status = _status(shared, card.usable)
         out.append(Finding("plan.colocated", status,
                            f"Colocated: the shared GPU peaks at {_share(shared.total, card.usable)} "
                            f"in the {shared.name} "
-                           "(the other side asleep under torch_memory_saver, its context still there).",
+                           "(the other side asleep under torch_memory_saver, its context still there)."
+                           + _cached_note(shared, card.usable),
                            "See the failing phase's fix above." if status is not Status.PASS else "", COLOCATE_DOC))
     return out
 
@@ -242,7 +251,7 @@ def _host_finding(plan: P.Plan) -> Finding:
         return Finding("plan.host_memory", Status.SKIP,
                        f"Host RAM per node: {J.gib(host.total)} GiB needed; the host's RAM is not known "
                        "(give --fixture CAPTURE or --host-ram GIB).")
-    status = _status(host.total, host.capacity)
+    status = _status(host, host.capacity)
     fix = ""
     if status is not Status.PASS:
         fix = "Use nodes with more RAM, spread the actor over more nodes"
@@ -290,7 +299,7 @@ def render(planned: Planned, console) -> None:
         for item in phase.items:
             table.add_row(f"  {item.label}", J.gib(item.bytes), item.kind, item.detail)
         capacity = phase.capacity
-        style = STYLES.get(P.verdict(phase.total, capacity), "")
+        style = STYLES.get(P.verdict(phase.total, capacity, phase.releasable), "")
         table.add_row(Text("  = peak", style=style), Text(J.gib(phase.total), style=style), "",
                       f"of {J.gib(capacity)}" if capacity else "")
     console.print(table)
@@ -299,7 +308,7 @@ def render(planned: Planned, console) -> None:
         summary.add_column(column, justify="right" if column in ("peak", "of", "share") else "left")
     for where, phase in peaks(plan):
         capacity = phase.capacity
-        style = STYLES.get(P.verdict(phase.total, capacity), "")
+        style = STYLES.get(P.verdict(phase.total, capacity, phase.releasable), "")
         summary.add_row(where, Text(J.gib(phase.total), style=style), J.gib(capacity) if capacity else "?",
                         f"{100 * phase.total / capacity:.0f}%" if capacity else "", phase.name)
     console.print(summary)
@@ -312,7 +321,8 @@ def to_dict(planned: Planned) -> dict:
     def phase(p: J.Phase) -> dict:
         return {"name": p.name, "where": p.where, "note": p.note, "peak_bytes": int(p.total),
                 "peak_gib": round(p.total / J.GIB, 3),
-                "capacity_bytes": p.capacity, "verdict": P.verdict(p.total, p.capacity),
+                "releasable_bytes": int(p.releasable),
+                "capacity_bytes": p.capacity, "verdict": P.verdict(p.total, p.capacity, p.releasable),
                 "items": [{"item": i.label, "bytes": int(i.bytes), "gib": round(i.bytes / J.GIB, 3), "kind": i.kind,
                            "detail": i.detail} for i in p.items]}
 
@@ -324,7 +334,7 @@ def to_dict(planned: Planned) -> dict:
            "micro_batch_tokens": P.micro_batch_tokens(job.train, job.par),
            "phases": [phase(p) for p in plan.phases], "host": phase(plan.host),
            "peaks": {where: {"phase": p.name, "peak_bytes": int(p.total), "capacity_bytes": p.capacity,
-                             "verdict": P.verdict(p.total, p.capacity)} for where, p in peaks(plan)}}
+                             "verdict": P.verdict(p.total, p.capacity, p.releasable)} for where, p in peaks(plan)}}
     if plan.engine is not None:
         e = plan.engine
         out["engine"] = {"tp": e.tp, "engines": e.engines, "mem_fraction_static": e.mem_fraction,

@@ -95,9 +95,21 @@ RESULTS = sorted((Path(__file__).resolve().parents[2] / "bench" / "results").glo
 
 
 def _measured_runs() -> list[dict]:
-    return [r for path in RESULTS for r in json.loads(path.read_text())["runs"]
+    """Real-slime runs that reached plan. A run of one step where its job also has runs of two is left out, as
+    ``memory_fit.summarize`` leaves it: its backward ran before Adam's moments existed, so it measured less
+    than the job's steady peak."""
+    runs = [r for path in RESULTS for r in json.loads(path.read_text())["runs"]
             if r["engine"] == "slime" and any(c["what"] == "peak" and c["predicted_bytes"]
                                               for c in r["memory"]["compared"])]
+
+    def job(r):
+        return r["card"], r["config"], r.get("side")
+
+    def two_steps(r):
+        return (r.get("rollouts") or 1) >= 2
+
+    steady = {job(r) for r in runs if two_steps(r)}
+    return [r for r in runs if two_steps(r) or job(r) not in steady]
 
 
 @pytest.mark.parametrize("run", _measured_runs(), ids=lambda r: f"{r['card']}-{r['config']}-{r.get('side') or ''}"

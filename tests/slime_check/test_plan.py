@@ -139,10 +139,44 @@ def test_logits_bytes_per_element_follow_slimes_kernel():
     assert P.logits_bytes_per_element(_train(entropy_coef=0.01), False, 9216) == 12  # + entropy gradient
     assert P.logits_bytes_per_element(_train(), True, 9216) == 8  # forward only: logits + softmax
     assert P.logits_bytes_per_element(_train(logprob_chunk=1024), True, 8192) == 6  # chunk: the bf16 cast peaks
+    # chunks split evenly: 7,238 tokens in ceil(7238 / 1024) = 8 chunks of at most 905 rows
+    assert P.logprob_chunk_rows(1024, 7238) == 905 and P.logprob_chunk_rows(1024, 8192) == 1024
+    assert P.logits_bytes_per_element(_train(logprob_chunk=1024, temperature=0.8), True, 7238) == 8 + 4 * 905 / 7238
     job = _job()
     phase = P.train_phase(job)
     logits = next(i for i in phase.items if i.label.startswith("logits"))
     assert logits.bytes == 9216 * 76_032 * 8
+
+
+def test_the_bf16_logits_freed_block_is_counted_where_no_later_buffer_fits_in_it():
+    """Float16Module's fp32 cast frees the 2-byte bf16 logits; torch keeps the block and reuses it only for a
+    request that fits: a chunk of at most half the micro-batch, never a whole-micro-batch fp32 buffer."""
+    cached = P.cached_logits_bytes_per_element
+    assert cached(_train(), False, 9216) == 2 and cached(_train(), True, 9216) == 2
+    assert cached(_train(temperature=0.8, entropy_coef=0.01), False, 9216) == 2
+    assert cached(_train(logprob_chunk=1024), False, 9216) == 0  # the kept softmax chunks fill it
+    assert cached(_train(logprob_chunk=1024), True, 8192) == 0  # 6 alive at the cast: 4 + the 2-byte block
+    # 10 reserved: fp32 logits, the scaled copy, and the block that the 905-row chunks' buffers reuse
+    assert cached(_train(logprob_chunk=1024, temperature=0.8), True, 7238) == pytest.approx(2 - 4 * 905 / 7238)
+    assert cached(_train(logprob_chunk=4096), True, 7238) == 0  # two chunks of 3,619 rows: each fills the block
+    assert cached(_train(logprob_chunk=8192), True, 7238) == 2  # one chunk: the whole micro-batch
+    phase = P.logprob_phase(_job())
+    block = next(i for i in phase.items if i.kind == J.CACHED)
+    assert block.bytes == 9216 * 76_032 * 2 == phase.releasable
+
+
+def test_a_peak_past_the_card_only_by_the_cached_block_warns():
+    assert P.verdict(81 * J.GIB, 80 * J.GIB, releasable=2 * J.GIB) == "WARN"
+    assert P.verdict(83 * J.GIB, 80 * J.GIB, releasable=2 * J.GIB) == "FAIL"
+    assert P.verdict(79 * J.GIB, 80 * J.GIB, releasable=79 * J.GIB) == "WARN"  # within 10% by what NVML shows
+    from slime_check.plan_report import _cached_note, _status
+
+    phase = J.Phase("actor training step", "actor GPU")
+    phase.add("weights", 75 * J.GIB, "exact")
+    phase.add("bf16 logits' freed block", 6 * J.GIB, J.CACHED)
+    assert _status(phase, 80 * J.GIB).value == "WARN"
+    assert "6.00 GiB is the bf16 logits' freed block" in _cached_note(phase, 80 * J.GIB)
+    assert _cached_note(phase, 82 * J.GIB) == ""  # within the card: nothing to explain
 
 
 # ---------------------------------------------------------------------------------------------- activations
