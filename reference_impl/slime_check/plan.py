@@ -403,7 +403,9 @@ def state_items(job: Job, stage: int, critic: bool = False) -> tuple[list[Item],
 
 
 def _overhead(job: Job, phase: Phase, sleeping_engine: bool) -> None:
-    phase.add("CUDA context + NCCL", (CUDA_CONTEXT + (NCCL_BUFFERS if job.par.world > 1 else 0)) * GIB, "estimate")
+    # apart from its engines, it broadcasts its weights to them over NCCL (update_weight_from_distributed)
+    nccl = job.par.world > 1 or (job.rollout is not None and not job.colocate)
+    phase.add("CUDA context + NCCL", (CUDA_CONTEXT + (NCCL_BUFFERS if nccl else 0)) * GIB, "estimate")
     if sleeping_engine:
         tp = job.rollout.per_engine if job.rollout else 1
         phase.add("SGLang asleep (colocated)", (CUDA_CONTEXT + (NCCL_BUFFERS if tp > 1 else 0)) * GIB, "estimate",

@@ -155,6 +155,9 @@ def rollout_phase(job: Job) -> tuple[Phase, Engine]:
         n = 2 if job.train.critic else 1
         phase.add("trainer asleep (colocated)", n * CUDA_CONTEXT * GIB, "estimate",
                   "torch_memory_saver released weights, gradients, optimizer; the context stays")
+    elif job.trains:
+        phase.add("NCCL group for weight updates", NCCL_BUFFERS * GIB, "estimate",
+                  "joined after start-up: the trainer broadcasts its weights into the engines")
     return phase, eng
 
 
