@@ -55,8 +55,7 @@ def one_pass(log_probs_fn, hidden: torch.Tensor, weight: torch.Tensor, targets: 
             loss.backward()
 
 
-def measure(shape: str, tokens: int, train: bool, temperature: float, chunk: int, entropy_coef: float) -> dict:
-    fn = slime_log_probs()
+def measure(fn, shape: str, tokens: int, train: bool, temperature: float, chunk: int, entropy_coef: float) -> dict:
     h, vocab = SHAPES[shape]
     torch.cuda.empty_cache()
     torch.manual_seed(0)
@@ -108,13 +107,14 @@ def main() -> None:
     a = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("logprob_memory.py: needs a CUDA GPU (the caching allocator is what it measures)")
+    fn = slime_log_probs()
     runs = []
     for shape in a.shape:
         for tokens in a.tokens:
             for mode in a.mode:
                 for temperature in a.temperature:
                     for chunk in a.chunk:
-                        r = measure(shape, tokens, mode == "train", temperature, chunk, a.entropy_coef)
+                        r = measure(fn, shape, tokens, mode == "train", temperature, chunk, a.entropy_coef)
                         r["plan_bytes_per_logit"] = plan_count(r)
                         r["gpu"], r["torch"] = torch.cuda.get_device_name(), torch.__version__
                         runs.append(r)

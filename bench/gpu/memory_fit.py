@@ -242,6 +242,11 @@ def replanned(row: dict, runs: list[dict]) -> dict | None:
     return out
 
 
+def made_two_steps(run: dict) -> bool:
+    """Whether a run trained a second step, the first beside Adam's moments (runs before 2026-12-07: one)."""
+    return (run.get("rollouts") or 1) >= 2
+
+
 def summarize(paths: list[Path], with_replan: bool = True) -> dict:
     """Per configuration, engine and card: for the whole run and for each phase plan predicts (rollout,
     training, weight update), the median measured peak of its processes with the spread, plan's
@@ -262,7 +267,7 @@ def summarize(paths: list[Path], with_replan: bool = True) -> dict:
         compared = [{c["what"]: c for c in ((r.get("memory") or {}).get("compared") or [])} for r in runs]
         # training and the whole run's peak: the runs whose second step trained beside Adam's moments, where
         # there are any (a run of one step, before 2026-12-07, measured a backward without them)
-        steady = [c for c, r in zip(compared, runs, strict=True) if (r.get("rollouts") or 1) >= 2]
+        steady = [c for c, r in zip(compared, runs, strict=True) if made_two_steps(r)]
         for what in sorted({w for c in compared for w in c}, key=lambda w: (w != "peak", w)):
             which = steady if what in (TRAIN, "peak") and any(what in c for c in steady) else compared
             measured = [c[what]["measured_bytes"] for c in which if what in c]

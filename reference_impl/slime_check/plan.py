@@ -59,6 +59,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from slime_check.plan_job import CACHED, DTYPE_BYTES, GIB, Item, Job, Parallel, Phase, Shape, Train
+from slime_check.plan_logits import cached_logits_bytes_per_element, logits_bytes_per_element
+from slime_check.plan_logits import logprob_chunk_rows as logprob_chunk_rows  # re-exported
 
 # Estimates (GiB): what torch_memory_saver and the model arithmetic do not cover.
 CUDA_CONTEXT = 0.5  # a process's CUDA context, cuBLAS/cuDNN workspaces (Hopper, torch 2.11)
@@ -319,40 +321,6 @@ def fp32_logits_bytes(shape: Shape, par: Parallel, tokens: int) -> int:
     return tokens * (padded_vocab(shape.vocab, par.tp, par.vocab_multiple) // par.tp) * 4
 
 
-def logits_bytes_per_element(train: Train, forward_only: bool, tokens: int) -> float:
-    """Bytes per logit element slime's log-prob kernel holds at its peak (fp32 throughout): the tensors alive
-    at once, which bench/gpu/logprob_memory.py reads as torch's peak allocated memory."""
-    temp = 4 if train.temperature != 1.0 else 0
-    if forward_only:
-        rows = tokens if train.logprob_chunk <= 0 else logprob_chunk_rows(train.logprob_chunk, tokens)
-        chunk = min(1.0, rows / tokens)
-        return max(6.0, 4 + 4 * chunk + temp)  # 6: the bf16 output beside its fp32 cast
-    return 8 + temp + (4 if train.entropy_coef != 0 else 0)
-
-
-def logprob_chunk_rows(chunk: int, tokens: int) -> int:
-    """Rows of slime's largest log-prob chunk: ``logits.chunk(ceil(tokens / chunk))`` splits evenly."""
-    return -(-tokens // -(-tokens // chunk))
-
-
-def cached_logits_bytes_per_element(train: Train, forward_only: bool, tokens: int) -> float:
-    """Bytes per logit element torch's caching allocator keeps reserved beyond :func:`logits_bytes_per_element`.
-
-    The output layer's bf16 logits (2 bytes) are freed once Float16Module has cast them to fp32, but their block
-    stays reserved, and only a later request that fits in it reuses it. The fp32 buffers of a whole micro-batch
-    (4 bytes a logit) never fit; ``--log-probs-chunk-size`` chunks of at most half the micro-batch do. Measured on
-    an H100 (bench/results/logprob-memory-h100-2026-12-07.json): reserved 10 bytes a logit where allocated is 8,
-    14 where it is 12; chunked, the forward-only pass reserves 6 (10 with a temperature) and training none extra.
-    """
-    chunk = train.logprob_chunk
-    if chunk <= 0 or 2 * logprob_chunk_rows(chunk, tokens) > tokens:
-        return 2.0
-    if not forward_only:
-        return 0.0  # the chunks' softmaxes, kept for backward, fill the freed block
-    temp = 4 if train.temperature != 1.0 else 0
-    return max(0.0, 6 + temp - logits_bytes_per_element(train, True, tokens))  # fp32 logits (+ scaled) + the block
-
-
 def _add_logits(phase: Phase, train: Train, forward_only: bool, tokens: int, vocab: int) -> None:
     per = logits_bytes_per_element(train, forward_only, tokens)
     chunk = f", --log-probs-chunk-size {train.logprob_chunk}" if train.logprob_chunk > 0 else ""
@@ -563,6 +531,11 @@ def verdict(total: float, capacity: float | None, releasable: float = 0.0) -> st
     if total - releasable > capacity:
         return "FAIL"
     return "WARN" if total > WARN_FRACTION * capacity else "PASS"
+
+
+def phase_verdict(phase: Phase, capacity: float | None = None) -> str:
+    """:func:`verdict` of a phase's peak, on its own capacity unless another is given."""
+    return verdict(phase.total, phase.capacity if capacity is None else capacity, phase.releasable)
 
 
 def with_train(job: Job, **changes) -> Job:

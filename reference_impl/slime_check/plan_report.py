@@ -30,7 +30,7 @@ def _share(total: float, capacity: float) -> str:
 
 
 def _status(phase: J.Phase, capacity: float) -> Status:
-    return Status(P.verdict(phase.total, capacity, phase.releasable))
+    return Status(P.phase_verdict(phase, capacity))
 
 
 def _cached_note(phase: J.Phase, capacity: float) -> str:
@@ -299,7 +299,7 @@ def render(planned: Planned, console) -> None:
         for item in phase.items:
             table.add_row(f"  {item.label}", J.gib(item.bytes), item.kind, item.detail)
         capacity = phase.capacity
-        style = STYLES.get(P.verdict(phase.total, capacity, phase.releasable), "")
+        style = STYLES.get(P.phase_verdict(phase), "")
         table.add_row(Text("  = peak", style=style), Text(J.gib(phase.total), style=style), "",
                       f"of {J.gib(capacity)}" if capacity else "")
     console.print(table)
@@ -308,7 +308,7 @@ def render(planned: Planned, console) -> None:
         summary.add_column(column, justify="right" if column in ("peak", "of", "share") else "left")
     for where, phase in peaks(plan):
         capacity = phase.capacity
-        style = STYLES.get(P.verdict(phase.total, capacity, phase.releasable), "")
+        style = STYLES.get(P.phase_verdict(phase), "")
         summary.add_row(where, Text(J.gib(phase.total), style=style), J.gib(capacity) if capacity else "?",
                         f"{100 * phase.total / capacity:.0f}%" if capacity else "", phase.name)
     console.print(summary)
@@ -322,7 +322,7 @@ def to_dict(planned: Planned) -> dict:
         return {"name": p.name, "where": p.where, "note": p.note, "peak_bytes": int(p.total),
                 "peak_gib": round(p.total / J.GIB, 3),
                 "releasable_bytes": int(p.releasable),
-                "capacity_bytes": p.capacity, "verdict": P.verdict(p.total, p.capacity, p.releasable),
+                "capacity_bytes": p.capacity, "verdict": P.phase_verdict(p),
                 "items": [{"item": i.label, "bytes": int(i.bytes), "gib": round(i.bytes / J.GIB, 3), "kind": i.kind,
                            "detail": i.detail} for i in p.items]}
 
@@ -334,7 +334,7 @@ def to_dict(planned: Planned) -> dict:
            "micro_batch_tokens": P.micro_batch_tokens(job.train, job.par),
            "phases": [phase(p) for p in plan.phases], "host": phase(plan.host),
            "peaks": {where: {"phase": p.name, "peak_bytes": int(p.total), "capacity_bytes": p.capacity,
-                             "verdict": P.verdict(p.total, p.capacity, p.releasable)} for where, p in peaks(plan)}}
+                             "verdict": P.phase_verdict(p)} for where, p in peaks(plan)}}
     if plan.engine is not None:
         e = plan.engine
         out["engine"] = {"tp": e.tp, "engines": e.engines, "mem_fraction_static": e.mem_fraction,

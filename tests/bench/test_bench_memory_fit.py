@@ -105,11 +105,8 @@ def _measured_runs() -> list[dict]:
     def job(r):
         return r["card"], r["config"], r.get("side")
 
-    def two_steps(r):
-        return (r.get("rollouts") or 1) >= 2
-
-    steady = {job(r) for r in runs if two_steps(r)}
-    return [r for r in runs if two_steps(r) or job(r) not in steady]
+    steady = {job(r) for r in runs if memory_fit.made_two_steps(r)}
+    return [r for r in runs if memory_fit.made_two_steps(r) or job(r) not in steady]
 
 
 @pytest.mark.parametrize("run", _measured_runs(), ids=lambda r: f"{r['card']}-{r['config']}-{r.get('side') or ''}"
