@@ -5,7 +5,9 @@ What is read, and why that: NVML's device-wide "used" memory (``nvmlDeviceGetMem
 every ``INTERVAL_S`` on a thread of the smoke's own process. It counts every process on the GPU
 (trainer, SGLang, CUDA contexts, NCCL, fragmentation): what runs out is the card, not one allocator.
 NVML is reached through ``libnvidia-ml.so.1`` with ctypes, so no package is needed; where the library
-is missing (a CPU machine) nothing is sampled.
+is missing (a CPU machine) nothing is sampled. Every ``PROCESS_EVERY`` samples it also reads each process's
+share (``nvmlDeviceGetComputeRunningProcesses``: its CUDA context, allocator pool, NCCL buffers), so the
+memory that is no allocator's (a sleeping trainer's or engine's remainder) is measured, not guessed.
 
 Phases come from the run itself:
 - the rollout: the smoke's generate wrapper (``smoke_runtime``) appends the start and end time of every
@@ -33,6 +35,7 @@ from pathlib import Path
 
 GIB = 2**30
 INTERVAL_S = 0.02  # a logits buffer lives for tens of milliseconds; 20 ms sees most of them
+PROCESS_EVERY = 25  # each process's share every 0.5 s: what is no allocator's changes at the switches, seconds apart
 STARTUP, ROLLOUT, TRAIN = "start-up", "rollout", "training and log-prob passes"
 WEIGHTS = "weight update"
 BETWEEN = "switches between rollout and training"
@@ -42,6 +45,15 @@ MARKS_DIR = "memory"
 
 class _Memory(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class _ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_t (v2 and v3 alike)
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
+                ("computeInstanceId", ctypes.c_uint)]
+
+
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_VALUE_NOT_AVAILABLE = 2**64 - 1  # a process whose share the driver does not tell (some containers)
 
 
 class Nvml:
@@ -80,8 +92,37 @@ class Nvml:
             out.append((info.used, info.total))
         return out
 
+    def processes(self) -> list[dict[int, int]] | None:
+        """Each GPU's compute processes: {pid: used bytes}; None where this driver cannot tell."""
+        call = getattr(self.lib, "nvmlDeviceGetComputeRunningProcesses_v3", None)
+        if call is None:
+            return None
+        out = []
+        for handle in self.handles:
+            count, infos = ctypes.c_uint(16), None
+            for _ in range(3):  # the list may grow between asking its size and reading it
+                infos = (_ProcessInfo * count.value)()
+                rc = call(handle, ctypes.byref(count), infos)
+                if rc != NVML_ERROR_INSUFFICIENT_SIZE:
+                    break
+                count = ctypes.c_uint(count.value + 8)
+            self._check(rc)
+            out.append({info.pid: info.usedGpuMemory for info in infos[:count.value]
+                        if info.usedGpuMemory != NVML_VALUE_NOT_AVAILABLE})
+        return out
+
     def close(self) -> None:
         self.lib.nvmlShutdown()
+
+
+def process_name(pid: int) -> str:
+    """A process's command line, short (Ray actors and SGLang's scheduler name themselves there:
+    ``ray::MegatronTrainRayActor.train``, ``sglang::scheduler``); "?" for one this machine cannot see."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    return b" ".join(w for w in words if w).decode(errors="replace")[:120] or "?"
 
 
 @dataclass
@@ -91,6 +132,8 @@ class Trace:
     used: list[list[int]] = field(default_factory=list)
     total: list[int] = field(default_factory=list)
     baseline: list[int] = field(default_factory=list)  # used before the run started (other processes)
+    processes: list[tuple[float, int, int, int]] = field(default_factory=list)  # (time, gpu, pid, used bytes)
+    process_names: dict[int, str] = field(default_factory=dict)  # named when first seen: it may be gone by the end
 
 
 class Sampler:
@@ -107,14 +150,32 @@ class Sampler:
         self._thread.start()
 
     def _run(self) -> None:
+        n, per_process = 0, True
         while not self._stop.is_set():
             try:
                 sample = self.nvml.memory()
             except OSError:
                 return
-            self.trace.times.append(time.time())
+            now = time.time()
+            self.trace.times.append(now)
             self.trace.used.append([u for u, _ in sample])
+            if per_process and n % PROCESS_EVERY == 0:
+                per_process = self._sample_processes(now)
+            n += 1
             self._stop.wait(self.interval_s)
+
+    def _sample_processes(self, now: float) -> bool:
+        """One reading of each process's share; False once the driver cannot give it (stop asking)."""
+        try:
+            shares = self.nvml.processes()
+        except OSError:
+            return False
+        for gpu, by_pid in enumerate(shares or []):
+            for pid, used in by_pid.items():
+                if pid not in self.trace.process_names:
+                    self.trace.process_names[pid] = process_name(pid)
+                self.trace.processes.append((now, gpu, pid, used))
+        return shares is not None
 
     def stop(self) -> Trace:
         self._stop.set()
@@ -252,6 +313,20 @@ def phase_peaks(trace: Trace, timeline: Timeline) -> list[dict]:
                      "peak_bytes": max(peaks.values(), default=0),
                      "phases": {name: peaks[name] for name in PHASES if name in peaks}})
     return gpus
+
+
+def process_peaks(trace: Trace, timeline: Timeline) -> list[dict]:
+    """Per GPU and process: the largest share it held in the whole run and in each phase. A process
+    asleep in a phase (a colocated engine during training, the trainer during the rollout) shows there
+    what it keeps that is no allocator's: its CUDA context, NCCL's buffers, what the memory saver left."""
+    peaks: dict[tuple[int, int], dict[str, int]] = {}
+    for t, gpu, pid, used in trace.processes:
+        phases = peaks.setdefault((gpu, pid), {})
+        name = phase_at(t, timeline)
+        phases[name] = max(phases.get(name, 0), used)
+    return [{"gpu": gpu, "pid": pid, "name": trace.process_names.get(pid, "?"),
+             "peak_bytes": max(phases.values()), "phases": {n: phases[n] for n in PHASES if n in phases}}
+            for (gpu, pid), phases in sorted(peaks.items())]
 
 
 def coarse_trace(trace: Trace, bin_s: float = 0.1) -> dict:

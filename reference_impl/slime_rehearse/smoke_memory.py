@@ -29,6 +29,7 @@ from slime_rehearse.gpu_memory import (
     find_oom,
     peak_time,
     phase_peaks,
+    process_peaks,
     read_timeline,
 )
 from slime_rehearse.smoke_verdict import flat
@@ -259,6 +260,7 @@ def memory_verdict(job, opts, out: Path, trace, log: str, metrics: list[dict], s
     notes = memory_findings(gpus, plan, oom, lengths, shrunk.user_max_len, oom_fix(oom, plan) if oom else "")
     report = {"gpus": gpus, "predicted": plan or ({"error": plan_error} if plan_error else None),
               "compared": compare(gpus, plan, bool(lengths)), "timeline": vars(timeline),
+              "processes": process_peaks(trace, timeline) if trace else [],
               "trace": coarse_trace(trace) if trace and trace.times else None,
               "oom": None if oom is None else {**vars(oom), "short_by": oom.short_by}}
     return report, notes
