@@ -247,11 +247,39 @@ def made_two_steps(run: dict) -> bool:
     return (run.get("rollouts") or 1) >= 2
 
 
+def process_role(name: str) -> str:
+    """A GPU process's part in a slime job, from its command line (Ray and SGLang title their processes)."""
+    if "sglang" in name.lower():
+        return "engine"
+    return "trainer" if "Train" in name else "other"
+
+
+def process_shares(runs: list[dict]) -> dict[str, dict[str, float]]:
+    """Per role (trainer, engine), the median over the runs of its largest share per phase (GiB), from the
+    smoke's per-process readings (runs from 2026-12-07 on): a role asleep in a phase holds there what is no
+    allocator's. A run with two processes of one role counts their sum."""
+    per_run: list[dict[tuple[str, str], int]] = []
+    for r in runs:
+        sums: dict[tuple[str, str], int] = {}
+        for proc in (r.get("memory") or {}).get("processes") or []:
+            for phase, used in proc["phases"].items():
+                key = (process_role(proc["name"]), phase)
+                sums[key] = sums.get(key, 0) + used
+        if sums:
+            per_run.append(sums)
+    shares: dict[str, dict[str, float]] = {}
+    for role, phase in sorted({k for s in per_run for k in s}):
+        shares.setdefault(role, {})[phase] = _gib(statistics.median(s[(role, phase)] for s in per_run
+                                                                     if (role, phase) in s))
+    return shares
+
+
 def summarize(paths: list[Path], with_replan: bool = True) -> dict:
     """Per configuration, engine and card: for the whole run and for each phase plan predicts (rollout,
     training, weight update), the median measured peak of its processes with the spread, plan's
     prediction at the run and the error; ``replanned``: the same made by this checkout's plan (runs that
-    know their samples' length); an -oom configuration: whether the smoke named the phase that ran out."""
+    know their samples' length); ``process_shares_gib``: each process's share per phase (``process_shares``);
+    an -oom configuration: whether the smoke named the phase that ran out."""
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for path in paths:
         r = json.loads(path.read_text())
@@ -281,6 +309,8 @@ def summarize(paths: list[Path], with_replan: bool = True) -> dict:
         if any(oom):
             row["oom_phase"] = next(o["phase"] for o in oom if o)
             row["oom_short_by_gib"] = next((_gib(o["short_by"]) for o in oom if o and o.get("short_by")), None)
+        if shares := process_shares(runs):
+            row["process_shares_gib"] = shares
         if with_replan and (again := replanned(row, runs)):
             row["replanned"] = again
         rows.append(row)

@@ -158,3 +158,28 @@ def test_training_is_the_median_of_the_runs_that_made_a_second_step_where_there_
     assert row["training and log-prob passes"]["measured_gib"] == 34.0
     assert row["training and log-prob passes"]["predicted_gib"] == 25.0
     assert row["peak"]["processes"] == 1  # the whole run's peak too: the first run's lacks the second step
+
+
+def test_each_roles_share_per_phase_is_the_median_over_the_runs_of_its_processes_sum(tmp_path):
+    paths = [_run(tmp_path, "q06-1k-8k", i, gib, 56.0) for i, gib in enumerate((56.5, 57.5, 57.0))]
+    for path, (engine_asleep, trainer_asleep) in zip(paths, ((1.0, 0.75), (1.5, 0.5), (1.25, 1.0)), strict=True):
+        run = json.loads(path.read_text())
+        run["memory"]["processes"] = [
+            {"gpu": 0, "pid": 11, "name": "sglang::scheduler", "peak_bytes": 56 * GIB,
+             "phases": {"rollout": 56 * GIB, "training and log-prob passes": int(engine_asleep * GIB)}},
+            {"gpu": 0, "pid": 12, "name": "ray::MegatronTrainRayActor.train", "peak_bytes": 30 * GIB,
+             "phases": {"rollout": int(trainer_asleep * GIB), "training and log-prob passes": 30 * GIB}},
+            {"gpu": 0, "pid": 13, "name": "sglang::detokenizer", "peak_bytes": GIB // 4,
+             "phases": {"rollout": GIB // 4}},  # a second process of the engine: summed with the first
+        ]
+        path.write_text(json.dumps(run))
+    row = memory_fit.summarize(paths, with_replan=False)["rows"][0]
+    assert row["process_shares_gib"] == {
+        "engine": {"rollout": 56.25, "training and log-prob passes": 1.25},
+        "trainer": {"rollout": 0.75, "training and log-prob passes": 30.0}}
+    assert memory_fit.process_role("/usr/bin/python3 -m some.tool") == "other"
+
+
+def test_runs_without_process_readings_give_no_shares(tmp_path):
+    paths = [_run(tmp_path, "q06-1k-8k", i, gib, 56.0) for i, gib in enumerate((56.5, 57.5))]
+    assert "process_shares_gib" not in memory_fit.summarize(paths, with_replan=False)["rows"][0]
