@@ -353,6 +353,9 @@ def main() -> None:
                      f"{(peak['predicted_bytes'] or 0) / 2**30:.2f} GiB" if peak else "")
                   + (f" OOM in {r['memory']['oom']['phase']}" if (r.get("memory") or {}).get("oom") else ""),
                   flush=True)
+            for role, phases in process_shares([r]).items():  # a role asleep in a phase: what no allocator holds
+                print(f"  {role}: " + ", ".join(f"{phase} {gib:.2f}" for phase, gib in phases.items()) + " GiB",
+                      flush=True)
 
 
 if __name__ == "__main__":
