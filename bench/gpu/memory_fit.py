@@ -19,7 +19,8 @@ to run out of memory: plan must FAIL it and the smoke must name the phase.
 
 Environment: SLIME_DIR and MEGATRON_DIR for --engine slime (bench/gpu/install_slime_set.sh's env.sh),
 SLIME_REF_PYTHONPATH (megatron-core for slime-ref) for --engine slime-ref.
-Afterwards, here: python bench/gpu/memory_fit.py --summarize $OUT/memory-fit-*.json
+Afterwards, here: python bench/gpu/memory_fit.py --summarize $OUT/memory-fit-*.json, and to keep them
+python bench/gpu/memory_fit.py --merge bench/results/memory-fit-CARD-DATE.json $OUT/memory-fit-*.json
 """
 
 from __future__ import annotations
@@ -274,15 +275,47 @@ def process_shares(runs: list[dict]) -> dict[str, dict[str, float]]:
     return shares
 
 
+def merge(results: Path, new: list[Path]) -> list[str]:
+    """Add this script's run JSONs to a ``bench/results`` file: each run once (by configuration, side,
+    process and card), its NVML trace left out (the smoke's log keeps the windows), and the file's
+    ``summary`` made again from all its runs. Written atomically; returns a line per run."""
+    from slime_common.fileio import atomic_write_text
+
+    data = json.loads(results.read_text())
+
+    def key(r: dict) -> tuple:
+        return r["config"], r.get("side"), r["process"], r.get("card")
+
+    have = {key(r) for r in data["runs"]}
+    said = []
+    for path in new:
+        run = json.loads(path.read_text())
+        if key(run) in have:
+            said.append(f"{path.name}: already in {results.name}")
+            continue
+        if (run.get("memory") or {}).pop("trace", None) is not None:
+            run["memory"]["trace_note"] = "the trace is left out here; the smoke's log: bench/results' run notes"
+        data["runs"].append(run)
+        have.add(key(run))
+        said.append(f"{path.name}: added (exit {run['returncode']}, {run['wall_s']} s)")
+    data["summary"] = summarize_runs(data["runs"])["rows"]
+    atomic_write_text(results, json.dumps(data, indent=1) + "\n")
+    return said
+
+
 def summarize(paths: list[Path], with_replan: bool = True) -> dict:
+    """``summarize_runs`` of the run JSONs at ``paths``."""
+    return summarize_runs([json.loads(path.read_text()) for path in paths], with_replan)
+
+
+def summarize_runs(measured: list[dict], with_replan: bool = True) -> dict:
     """Per configuration, engine and card: for the whole run and for each phase plan predicts (rollout,
     training, weight update), the median measured peak of its processes with the spread, plan's
     prediction at the run and the error; ``replanned``: the same made by this checkout's plan (runs that
     know their samples' length); ``process_shares_gib``: each process's share per phase (``process_shares``);
     an -oom configuration: whether the smoke named the phase that ran out."""
     groups: dict[tuple[str, str, str], list[dict]] = {}
-    for path in paths:
-        r = json.loads(path.read_text())
+    for r in measured:
         label = r["config"] + (f" ({r['side']})" if r.get("side") else "")
         groups.setdefault((label, r["engine"], r.get("card") or "?"), []).append(r)
     rows = []
@@ -333,9 +366,20 @@ def main() -> None:
     p.add_argument("--side", choices=SIDES, default=None,
                    help="for a -split configuration: the engines (first), or the trainer on their samples")
     p.add_argument("--summarize", nargs="+", type=Path, default=None, metavar="JSON")
+    p.add_argument("--merge", nargs="+", type=Path, default=None, metavar=("RESULTS", "JSON"),
+                   help="add run JSONs to a bench/results file and summarize it again: "
+                   "--merge bench/results/memory-fit-h100-*.json OUT/memory-fit-*.json")
     a = p.parse_args()
     if a.summarize:
         print(json.dumps(summarize(a.summarize), indent=1))
+        return
+    if a.merge:
+        results, *new = a.merge
+        missing = [str(f) for f in a.merge if not f.is_file()]
+        if missing or not new:
+            p.error(f"--merge: no file {', '.join(missing)}" if missing else
+                    "--merge takes the results file, then the run JSONs to add")
+        print("\n".join(merge(results, new)))
         return
     split = [n for n in a.configs if n.endswith("-split")]
     if split and (a.side is None or len(split) < len(a.configs)):

@@ -183,3 +183,30 @@ def test_each_roles_share_per_phase_is_the_median_over_the_runs_of_its_processes
 def test_runs_without_process_readings_give_no_shares(tmp_path):
     paths = [_run(tmp_path, "q06-1k-8k", i, gib, 56.0) for i, gib in enumerate((56.5, 57.5))]
     assert "process_shares_gib" not in memory_fit.summarize(paths, with_replan=False)["rows"][0]
+
+
+def test_merging_a_results_last_run_back_gives_the_file_byte_for_byte_and_a_second_merge_adds_nothing(tmp_path):
+    stored = next(p for p in RESULTS if "h100" in p.name)
+    data = json.loads(stored.read_text())
+    last = data["runs"].pop()
+    data["summary"] = [{"stale": True}]  # merge makes the summary again from all the runs
+    results = tmp_path / stored.name
+    results.write_text(json.dumps(data, indent=1) + "\n")
+    run = tmp_path / "memory-fit-run.json"
+    run.write_text(json.dumps({**last, "memory": {**last["memory"], "trace": {"bin_s": 0.1, "samples": []}}}))
+    assert memory_fit.merge(results, [run]) == [f"memory-fit-run.json: added (exit {last['returncode']}, "
+                                                f"{last['wall_s']} s)"]
+    assert results.read_text() == stored.read_text()  # the trace left out, the stored note in its place
+    assert memory_fit.merge(results, [run]) == [f"memory-fit-run.json: already in {stored.name}"]
+    assert results.read_text() == stored.read_text()
+
+
+def test_merge_without_runs_or_with_a_missing_file_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    results = next(p for p in RESULTS if "h100" in p.name)
+    for args, words in ((["--merge", str(results), str(tmp_path / "none.json")], f"no file {tmp_path / 'none.json'}"),
+                        (["--merge", str(results)], "then the run JSONs")):
+        monkeypatch.setattr(sys, "argv", ["memory_fit.py", *args])
+        with pytest.raises(SystemExit) as stop:
+            memory_fit.main()
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and "error: --merge" in err and words in err
