@@ -99,13 +99,13 @@ class Nvml:
             return None
         out = []
         for handle in self.handles:
-            count, infos = ctypes.c_uint(16), None
+            count = ctypes.c_uint(16)
             for _ in range(3):  # the list may grow between asking its size and reading it
                 infos = (_ProcessInfo * count.value)()
                 rc = call(handle, ctypes.byref(count), infos)
                 if rc != NVML_ERROR_INSUFFICIENT_SIZE:
                     break
-                count = ctypes.c_uint(count.value + 8)
+                count.value += 8  # NVML set it to what it needs now; room for a few more
             self._check(rc)
             out.append({info.pid: info.usedGpuMemory for info in infos[:count.value]
                         if info.usedGpuMemory != NVML_VALUE_NOT_AVAILABLE})
