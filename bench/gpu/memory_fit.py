@@ -368,7 +368,8 @@ def main() -> None:
     p.add_argument("--summarize", nargs="+", type=Path, default=None, metavar="JSON")
     p.add_argument("--merge", nargs="+", type=Path, default=None, metavar=("RESULTS", "JSON"),
                    help="add run JSONs to a bench/results file and summarize it again: "
-                   "--merge bench/results/memory-fit-h100-*.json OUT/memory-fit-*.json")
+                   "--merge bench/results/memory-fit-h100-*.json OUT/memory-fit-*.json; the results file "
+                   "alone: its summary made again (plan now) after a change to plan")
     a = p.parse_args()
     if a.summarize:
         print(json.dumps(summarize(a.summarize), indent=1))
@@ -376,10 +377,9 @@ def main() -> None:
     if a.merge:
         results, *new = a.merge
         missing = [str(f) for f in a.merge if not f.is_file()]
-        if missing or not new:
-            p.error(f"--merge: no file {', '.join(missing)}" if missing else
-                    "--merge takes the results file, then the run JSONs to add")
-        print("\n".join(merge(results, new)))
+        if missing:
+            p.error(f"--merge: no file {', '.join(missing)}")
+        print("\n".join(merge(results, new)) or f"{results.name}: summary made again by this checkout's plan")
         return
     split = [n for n in a.configs if n.endswith("-split")]
     if split and (a.side is None or len(split) < len(a.configs)):

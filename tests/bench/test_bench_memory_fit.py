@@ -201,12 +201,22 @@ def test_merging_a_results_last_run_back_gives_the_file_byte_for_byte_and_a_seco
     assert results.read_text() == stored.read_text()
 
 
-def test_merge_without_runs_or_with_a_missing_file_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+def test_merge_with_a_missing_file_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
     results = next(p for p in RESULTS if "h100" in p.name)
-    for args, words in ((["--merge", str(results), str(tmp_path / "none.json")], f"no file {tmp_path / 'none.json'}"),
-                        (["--merge", str(results)], "then the run JSONs")):
-        monkeypatch.setattr(sys, "argv", ["memory_fit.py", *args])
-        with pytest.raises(SystemExit) as stop:
-            memory_fit.main()
-        err = capsys.readouterr().err
-        assert stop.value.code == 2 and "error: --merge" in err and words in err
+    monkeypatch.setattr(sys, "argv", ["memory_fit.py", "--merge", str(results), str(tmp_path / "none.json")])
+    with pytest.raises(SystemExit) as stop:
+        memory_fit.main()
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "error: --merge" in err and f"no file {tmp_path / 'none.json'}" in err
+
+
+def test_merge_of_the_results_file_alone_makes_its_summary_again(tmp_path, monkeypatch, capsys):
+    stored = next(p for p in RESULTS if "h100" in p.name)
+    results = tmp_path / stored.name
+    data = json.loads(stored.read_text())
+    data["summary"] = []  # as a results file whose summary a change to plan left behind
+    results.write_text(json.dumps(data))
+    monkeypatch.setattr(sys, "argv", ["memory_fit.py", "--merge", str(results)])
+    memory_fit.main()
+    assert capsys.readouterr().out.strip() == f"{stored.name}: summary made again by this checkout's plan"
+    assert results.read_text() == stored.read_text()
