@@ -62,8 +62,11 @@ from slime_check.plan_job import CACHED, DTYPE_BYTES, GIB, Item, Job, Parallel, 
 from slime_check.plan_logits import cached_logits_bytes_per_element, logits_bytes_per_element
 from slime_check.plan_logits import logprob_chunk_rows as logprob_chunk_rows  # re-exported
 
-# Estimates (GiB): what torch_memory_saver and the model arithmetic do not cover.
-CUDA_CONTEXT = 0.5  # a process's CUDA context, cuBLAS/cuDNN workspaces (Hopper, torch 2.11)
+# Estimates (GiB): what torch_memory_saver and the model arithmetic do not cover. The two contexts were
+# read on an H100 with torch 2.11 and CUDA 13 (bench/results/memory-fit-h100-2026-12-06.json).
+CUDA_CONTEXT = 896 / 1024  # a working process's memory outside torch's allocator: context, loaded kernels,
+#                            cuBLAS workspaces (NVML per process: the trainer asleep 0.90, SGLang asleep 0.96)
+SGLANG_START_CONTEXT = 704 / 1024  # SGLang's own use when it sizes its KV pool (its log: 0.68 before the weights)
 NCCL_BUFFERS = 0.5  # a process's NCCL communicators when it talks to other GPUs
 SGLANG_GRAPH_POOL = 0.25  # fixed part of SGLang's CUDA-graph memory pool, beside its per-request part
 HOST_PER_TRAIN_RANK = 3.0  # RSS of a Megatron rank (torch, TE, CUDA libraries, the data)

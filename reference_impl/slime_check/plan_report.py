@@ -8,6 +8,7 @@ imports torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from slime_check import plan as P
@@ -200,7 +201,7 @@ def _rollout_findings(plan: P.Plan) -> list[Finding]:
     if status is not Status.PASS:
         other = rollout.total - eng.static
         fit = (P.WARN_FRACTION * card.usable - other - (card.usable - eng.pre * 1)) / eng.pre
-        fit = max(0.0, min(eng.mem_fraction - 0.01, fit))
+        fit = max(0.0, min(eng.mem_fraction - 0.01, math.floor(fit * 100) / 100))  # printed: 2 decimals, never up
         lost = (eng.mem_fraction - fit) * eng.pre
         fix = (f"`--sglang-mem-fraction-static {fit:.2f}` → {J.gib(lost)} GiB less KV cache per GPU "
                f"({int(lost // eng.kv_per_token):,} fewer tokens in flight per engine, so fewer concurrent requests)")

@@ -14,6 +14,7 @@ from slime_check.plan import (
     HOST_PER_TRAIN_RANK,
     NCCL_BUFFERS,
     SGLANG_GRAPH_POOL,
+    SGLANG_START_CONTEXT,
     _overhead,
     optimizer_bytes_per_param,
     param_tensors,
@@ -21,6 +22,9 @@ from slime_check.plan import (
     total_params,
 )
 from slime_check.plan_job import GIB, MIB, Job, Phase, Shape, gib
+
+# SGLang sizes its pool from the memory free after its start; serving then loads more kernels and workspaces
+SERVING_GROWTH = (CUDA_CONTEXT - SGLANG_START_CONTEXT) * GIB
 
 # ---------------------------------------------------------------------------------------------
 # Rollout (SGLang)
@@ -107,7 +111,7 @@ def engine(job: Job) -> Engine:
         source = "SGLang's default for this card"
     embeddings = shape.vocab * shape.hidden * (1 if shape.tied else 2)  # kept in bf16 by FP8 checkpoints
     weights = ((total_params(shape) - embeddings) * ro.weight_bytes + 2 * embeddings) / (tp * ro.pp)
-    start = (CUDA_CONTEXT + (NCCL_BUFFERS if tp * ro.pp > 1 else 0)) * GIB
+    start = (SGLANG_START_CONTEXT + (NCCL_BUFFERS if tp * ro.pp > 1 else 0)) * GIB
     pre = job.card.usable - start
     static = job.card.usable - pre * (1 - mf)
     pool = pre * mf - weights
@@ -132,7 +136,8 @@ def rollout_phase(job: Job) -> tuple[Phase, Engine]:
     shape, ro = job.shape, job.rollout
     phase = Phase(f"rollout (SGLang, {eng.engines} engine(s) of TP {eng.tp}"
                   + (f" x PP {ro.pp}" if ro.pp > 1 else "") + ")", "shared GPU" if job.colocate else "rollout GPU")
-    phase.add("SGLang context + NCCL", job.card.usable - eng.pre, "estimate")
+    phase.add("SGLang context + NCCL", job.card.usable - eng.pre + SERVING_GROWTH, "estimate",
+              "what it used when it sized its pool, and the kernels and workspaces it loads once serving")
     phase.add("SGLang weights", eng.weights, "exact",
               f"{total_params(shape) / 1e9:.2f} B parameters x {ro.weight_bytes:g} B / {eng.tp * ro.pp} GPUs"
               + (" (embeddings in bf16)" if ro.weight_bytes != 2 else ""))
@@ -167,7 +172,7 @@ def update_phase(job: Job) -> Phase:
     if job.colocate:
         eng = engine(job)
         phase = Phase("weight update", "shared GPU")
-        phase.add("SGLang context + weights", job.card.usable - eng.pre + eng.weights, "exact")
+        phase.add("SGLang context + weights", job.card.usable - eng.pre + SERVING_GROWTH + eng.weights, "exact")
         phase.add("update buckets", buffer, "estimate", "gathered HF tensors and their flattened bucket")
         phase.add("trainer context (asleep otherwise)", CUDA_CONTEXT * GIB, "estimate")
         return phase

@@ -261,7 +261,7 @@ def test_sglang_default_mem_fraction_by_hand():
 def test_static_pool_is_what_sglang_leaves_after_weights():
     ro = J.Rollout(gpus=8, per_engine=2, mem_fraction=0.7, requests=256, prompt=1024, response=8192)
     eng = R.engine(_job(rollout=ro, colocate=True))
-    start = (P.CUDA_CONTEXT + P.NCCL_BUFFERS) * J.GIB
+    start = (P.SGLANG_START_CONTEXT + P.NCCL_BUFFERS) * J.GIB
     pre = H100.usable - start
     assert eng.pre == pre
     assert eng.weights == 4_022_468_096 * 2 / 2

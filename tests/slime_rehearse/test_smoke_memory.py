@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_check.plan import NCCL_BUFFERS
+from slime_check.plan import CUDA_CONTEXT, NCCL_BUFFERS
 from slime_rehearse.gpu_memory import (
     BETWEEN,
     ROLLOUT,
@@ -264,7 +264,7 @@ def test_slime_ref_is_predicted_with_its_training_state_on_the_gpu_during_the_ro
     ref = predicted(_job(), load_registry("v0.3.1"), "v0.3.1", card, engine="slime-ref")
     # Qwen3-0.6B: 596,049,920 parameters; bf16 weights (2), bf16 gradients (2: no fp32 flag), Adam 12, DP 1;
     # Megatron pads each buffer a little, so the state is within 0.1% of 16 bytes a parameter
-    state = ref["rollout"] - slime["rollout"] + 0.5 * GIB  # plan's sleeping trainer (0.5 GiB) is replaced
+    state = ref["rollout"] - slime["rollout"] + CUDA_CONTEXT * GIB  # plan's sleeping trainer is replaced
     assert state == pytest.approx(16 * 596_049_920, rel=1e-3)
     assert ref["train"] == slime["train"]
     assert slime["weights"] < slime["train"] and ref["weights"] is None  # slime-ref's update: beside its state
