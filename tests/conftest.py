@@ -43,7 +43,8 @@ def _module(item) -> str:
 # Megatron rank. These modules are in it, less the tests named in NOT_FAST. A fast test that starts
 # any of those fails (see _Guard), so the tier stays fast as tests are added.
 FAST_MODULES = {  # paths below tests/
-    "bench/test_bench_decode_roofline.py", "bench/test_bench_memory_fit.py", "bench/test_bench_results_table.py",
+    "bench/test_bench_decode_roofline.py", "bench/test_bench_gpu_probes.py", "bench/test_bench_memory_fit.py",
+    "bench/test_bench_results_table.py",
     "skill/test_skill_claims.py",
     "skill/test_skill_coverage.py", "skill/test_skill_hook_signatures.py", "slime_check/test_eval_config.py",
     "slime_check/test_flag_registries.py", "slime_check/test_hook_check.py", "slime_check/test_outside_services.py",
