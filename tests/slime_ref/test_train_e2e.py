@@ -150,18 +150,22 @@ def test_sigkill_mid_run_then_resume_trains_on_the_same_prompts(tiny, tmp_path):
     assert sorted(expected) == list(range(6))
 
     out, save = tmp_path / "killed", tmp_path / "killed-ckpt"
-    proc = subprocess.Popen(["slime-ref", "train", *flags(out, save)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    log = tmp_path / "killed.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(["slime-ref", "train", *flags(out, save)], stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     deadline = time.monotonic() + 400
-    while time.monotonic() < deadline:  # wait until rollout 2 has been saved, then kill mid-run
-        if (save / "latest_checkpointed_iteration.txt").is_file() and \
-                (save / "latest_checkpointed_iteration.txt").read_text().strip() not in ("", "0", "1"):
-            break
+    # wait until rollout 2 has been saved, then kill mid-run; a run that stops first is the failure
+    while time.monotonic() < deadline and proc.poll() is None and _last_saved(save) < 2:
         time.sleep(0.2)
     # the run's processes, Ray's workers included: a training actor outside the process group that
     # outlived the kill could finish a checkpoint after `saved` is read below
-    tree = [proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))]
-    os.killpg(proc.pid, signal.SIGKILL)
+    tree = [proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))] if proc.poll() is None \
+        else [proc.pid]
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it had already stopped, its group with it
+        pass
     for pid in tree[1:]:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -170,6 +174,10 @@ def test_sigkill_mid_run_then_resume_trains_on_the_same_prompts(tiny, tmp_path):
     proc.wait(timeout=30)
     for pid in tree:
         _wait_gone(pid)
+    if _last_saved(save) < 2:
+        why = "in 400 s" if proc.returncode == -signal.SIGKILL else f"it stopped on its own, exit {proc.returncode}"
+        tail = log.read_text(errors="replace")[-3000:]
+        pytest.fail(f"the run to be killed saved no rollout past 1 ({why}); its log ends:\n{tail}")
     saved = int((save / "latest_checkpointed_iteration.txt").read_text())  # the last rollout saved
     assert saved < 5, "the kill came too late to interrupt the run"
 
@@ -178,6 +186,13 @@ def test_sigkill_mid_run_then_resume_trains_on_the_same_prompts(tiny, tmp_path):
     assert resumed[-(5 - saved):] == list(range(saved + 1, 6)), resumed  # resumed right after the checkpoint
     # a rollout generated before the kill but not yet saved is generated again, from the same prompts
     assert _prompts_trained(out / "dumps") == expected
+
+
+def _last_saved(save: Path) -> int:
+    """The last rollout a run has checkpointed under --save (-1 before its first)."""
+    latest = save / "latest_checkpointed_iteration.txt"
+    text = latest.read_text().strip() if latest.is_file() else ""
+    return int(text) if text.isdigit() else -1
 
 
 def _wait_gone(pid: int, timeout: float = 30) -> None:
