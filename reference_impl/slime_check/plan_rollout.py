@@ -23,9 +23,6 @@ from slime_check.plan import (
 )
 from slime_check.plan_job import GIB, MIB, Job, Phase, Shape, gib
 
-# SGLang sizes its pool from the memory free after its start; serving then loads more kernels and workspaces
-SERVING_GROWTH = (CUDA_CONTEXT - SGLANG_START_CONTEXT) * GIB
-
 # ---------------------------------------------------------------------------------------------
 # Rollout (SGLang)
 # ---------------------------------------------------------------------------------------------
@@ -48,6 +45,7 @@ class Engine:
     need: float  # KV those requests need at full length
     request_tokens: int
     graph_bs: int
+    context: float  # what SGLang holds beside weights, pool and graphs once serving (context, kernels, NCCL)
 
 
 def sglang_default_mem_fraction(job: Job, tp: int, graph_bs: int, prefill_bs_count: int) -> float:
@@ -120,8 +118,10 @@ def engine(job: Job) -> Engine:
     if ro.max_running:
         running = min(running, ro.max_running)
     request = ro.prompt + ro.response
+    # SGLang sizes its pool from the memory free after its start; serving then loads more kernels and workspaces
+    context = start + (CUDA_CONTEXT - SGLANG_START_CONTEXT) * GIB
     return Engine(tp, engines, mf, source, weights, kv, pre, static, pool, running, running * request * kv, request,
-                  graph_bs)
+                  graph_bs, context)
 
 
 def decode_bytes_per_request(shape: Shape, tp: int) -> float:
@@ -136,7 +136,7 @@ def rollout_phase(job: Job) -> tuple[Phase, Engine]:
     shape, ro = job.shape, job.rollout
     phase = Phase(f"rollout (SGLang, {eng.engines} engine(s) of TP {eng.tp}"
                   + (f" x PP {ro.pp}" if ro.pp > 1 else "") + ")", "shared GPU" if job.colocate else "rollout GPU")
-    phase.add("SGLang context + NCCL", job.card.usable - eng.pre + SERVING_GROWTH, "estimate",
+    phase.add("SGLang context + NCCL", eng.context, "estimate",
               "what it used when it sized its pool, and the kernels and workspaces it loads once serving")
     phase.add("SGLang weights", eng.weights, "exact",
               f"{total_params(shape) / 1e9:.2f} B parameters x {ro.weight_bytes:g} B / {eng.tp * ro.pp} GPUs"
@@ -172,7 +172,7 @@ def update_phase(job: Job) -> Phase:
     if job.colocate:
         eng = engine(job)
         phase = Phase("weight update", "shared GPU")
-        phase.add("SGLang context + weights", job.card.usable - eng.pre + SERVING_GROWTH + eng.weights, "exact")
+        phase.add("SGLang context + weights", eng.context + eng.weights, "exact")
         phase.add("update buckets", buffer, "estimate", "gathered HF tensors and their flattened bucket")
         phase.add("trainer context (asleep otherwise)", CUDA_CONTEXT * GIB, "estimate")
         return phase
