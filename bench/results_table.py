@@ -195,6 +195,16 @@ def logprob_memory(data: dict) -> str:
             "where no chunk reuses it")
 
 
+def process_overhead(data: dict) -> str:
+    off = data["summary"]["NCCL_CUMEM_ENABLE=0 (slime's trainer: slime/ray/actor_group.py)"]
+    on = data["summary"]["NCCL_CUMEM_ENABLE unset (NCCL's cuMem on)"]
+    return ("one process outside torch's allocator (NVML): context, cuBLAS and SDPA "
+            f"{off['context_cublas_sdpa_gib']:.2f} GiB; each NCCL communicator of a one-GPU group "
+            f"{max(off['each_further_communicator_gib']):.2f} GiB with slime's NCCL_CUMEM_ENABLE=0 "
+            f"({max(on['each_further_communicator_gib']):.2f} with cuMem), {off['processes']} processes, no spread; "
+            "plan counts 0.5 a group the trainer has opened")
+
+
 FINAL = "gpu-final-h200-*.json"
 ROWS = [
     Row("`train_throughput.py`, 8 x 1024", FINAL, training("8x1024"),
@@ -234,6 +244,8 @@ ROWS = [
     Row("`gpu/logprob_memory.py`", "logprob-memory-h100-*.json", logprob_memory,
         "`python3 bench/gpu/logprob_memory.py --shape qwen3-0.6B qwen3-1.7B --tokens 1034 7238 9216 16384 "
         "--temperature 1.0 0.8 --chunk -1 1024` (slime's source on PYTHONPATH)", commit="099d1a9"),
+    Row("`gpu/process_overhead.py`", "process-overhead-h100-*.json", process_overhead,
+        "`python3 bench/gpu/process_overhead.py --groups 3`, 3 processes with `NCCL_CUMEM_ENABLE=0`, 3 without"),
     Row("`slime_check_prereqs.py --slime-dir`", "slime-check-prereqs-cpu-*.json", prereqs,
         "`python bench/slime_check_prereqs.py --runs 5 --slime-dir SLIME_CHECKOUT`", card="CPU, 2 cores",
         commit="d712e81 recorded"),

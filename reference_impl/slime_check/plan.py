@@ -49,6 +49,12 @@ estimate (a model with the constants below; GPU measurements check them)
     named modules' internals. Pipeline 1F1B: the first stage holds min(PP, micro-batches) in flight.
   * the CUDA context and NCCL buffers of each process, what a sleeping (offloaded) process still
     holds, SGLang's CUDA graphs and its prefill/decode working set.
+  * the NCCL communicators the trainer opens on a group's first collective, even on one GPU, and
+    loses at every sleep (slime destroys and reloads its process groups around it): the log-prob
+    pass opens the tensor-parallel group's (``ppo_utils``' vocab-parallel log-softmax), the step's
+    end the data-parallel group's (gradients, the step's metrics) and the model-parallel group's
+    (the gradient norm). Measured: 0.50 GiB a communicator, NVML per process, one H100, NCCL 2.28
+    with ``NCCL_CUMEM_ENABLE=0`` as slime sets it (``bench/gpu/process_overhead.py``).
 
 The job is described in :mod:`slime_check.plan_job`; the engine and host side is
 :mod:`slime_check.plan_rollout`.
@@ -68,6 +74,9 @@ CUDA_CONTEXT = 896 / 1024  # a working process's memory outside torch's allocato
 #                            cuBLAS workspaces (NVML per process: the trainer asleep 0.90, SGLang asleep 0.96)
 SGLANG_START_CONTEXT = 704 / 1024  # SGLang's own use when it sizes its KV pool (its log: 0.68 before the weights)
 NCCL_BUFFERS = 0.5  # a process's NCCL communicators when it talks to other GPUs
+NCCL_COMMUNICATOR = 0.5  # one communicator the trainer opens on a group's first collective (one GPU, NVML)
+LOGPROB_COMMUNICATORS = ("tensor-parallel",)  # open from the first log-prob pass on
+STEP_COMMUNICATORS = LOGPROB_COMMUNICATORS + ("data-parallel", "model-parallel")  # the step's end adds two
 SGLANG_GRAPH_POOL = 0.25  # fixed part of SGLang's CUDA-graph memory pool, beside its per-request part
 HOST_PER_TRAIN_RANK = 3.0  # RSS of a Megatron rank (torch, TE, CUDA libraries, the data)
 HOST_PER_SGLANG_RANK = 3.0  # RSS of an SGLang scheduler process with its tokenizer/detokenizer share
@@ -373,10 +382,15 @@ def state_items(job: Job, stage: int, critic: bool = False) -> tuple[list[Item],
     return items, {"params": n, "dense": dense, "expert": expert, "shard": shard, "tensors": tensors}
 
 
-def _overhead(job: Job, phase: Phase, sleeping_engine: bool) -> None:
+def _overhead(job: Job, phase: Phase, sleeping_engine: bool, groups: tuple[str, ...] = ()) -> None:
     # apart from its engines, it broadcasts its weights to them over NCCL (update_weight_from_distributed)
     nccl = job.par.world > 1 or (job.rollout is not None and not job.colocate)
     phase.add("CUDA context + NCCL", (CUDA_CONTEXT + (NCCL_BUFFERS if nccl else 0)) * GIB, "estimate")
+    if groups:
+        # opened after the backward's peak, but torch keeps the backward's blocks reserved: they add to it
+        phase.add(f"NCCL communicators ({len(groups)})", len(groups) * NCCL_COMMUNICATOR * GIB, "estimate",
+                  f"{', '.join(groups)} group{'s' if len(groups) > 1 else ''}: opened on the first collective, "
+                  f"even on one GPU; {NCCL_COMMUNICATOR:g} GiB each")
     if sleeping_engine:
         tp = job.rollout.per_engine if job.rollout else 1
         phase.add("SGLang asleep (colocated)", (CUDA_CONTEXT + (NCCL_BUFFERS if tp > 1 else 0)) * GIB, "estimate",
@@ -445,7 +459,7 @@ def _train_stage(job: Job, stage: int, critic: bool) -> Phase:
             _add_logits(phase, tr, False, tokens, vocab)
         else:
             phase.add("recomputed layers (during backward)", rebuilt, "estimate", how)
-    _overhead(job, phase, sleeping_engine=job.colocate and job.rollout is not None)
+    _overhead(job, phase, sleeping_engine=job.colocate and job.rollout is not None, groups=STEP_COMMUNICATORS)
     _other_model_asleep(job, phase, critic)
     return phase
 
@@ -467,7 +481,7 @@ def adam_step_phase(job: Job, critic: bool = False) -> Phase | None:
     phase.items += items
     phase.add("sqrt of the second moments (torch's multi-tensor AdamW)", 4 * counts["shard"] * on_gpu, "exact",
               "4 B/param of the shard, one parameter group at a time")
-    _overhead(job, phase, sleeping_engine=job.colocate and job.rollout is not None)
+    _overhead(job, phase, sleeping_engine=job.colocate and job.rollout is not None, groups=STEP_COMMUNICATORS)
     _other_model_asleep(job, phase, critic)
     return phase
 
@@ -487,7 +501,7 @@ def logprob_phase(job: Job) -> Phase:
     phase.add("one layer's forward working set", layer * tokens, "estimate")
     vocab = padded_vocab(shape.vocab, par.tp, par.vocab_multiple) // par.tp
     _add_logits(phase, tr, True, tokens, vocab)
-    _overhead(job, phase, sleeping_engine=job.colocate and job.rollout is not None)
+    _overhead(job, phase, sleeping_engine=job.colocate and job.rollout is not None, groups=LOGPROB_COMMUNICATORS)
     return phase
 
 

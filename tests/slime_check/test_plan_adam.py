@@ -102,7 +102,8 @@ def test_plan_adds_the_adam_update_with_torch_adam_only():
     # beside the whole state: bf16 weights 2 + fp32 gradients 4 + master and moments 12 bytes a parameter
     state = sum(b for label, b in items.items() if label.startswith("actor "))
     assert state == 18 * PARAMS_06B
-    assert update.total == 22 * PARAMS_06B + P.CUDA_CONTEXT * J.GIB
+    # beside the context, the three NCCL communicators the step has opened by its end
+    assert update.total == 22 * PARAMS_06B + (P.CUDA_CONTEXT + 3 * P.NCCL_COMMUNICATOR) * J.GIB
     # the distributed optimizer shards the state and the update over DP: 2 GPUs, half each
     dp2 = _phase(_job(par=J.Parallel(world=2), adam_kernel="torch"), "actor training step: Adam update")
     assert dict((i.label, i.bytes) for i in dp2.items)["sqrt of the second moments (torch's multi-tensor AdamW)"] \
@@ -120,7 +121,7 @@ def test_the_adam_update_sets_the_training_peak_of_a_big_model_with_short_micro_
                     recompute="full", recompute_method="uniform", recompute_layers=1, adam_kernel="torch")
     job = J.Job(shape=qwen3_4b, par=J.Parallel(world=1), train=train, rollout=None, card=H200)
     update = _phase(job, "actor training step: Adam update")
-    assert P.peak_train(job) == update.total == 22 * 4_022_468_096 + P.CUDA_CONTEXT * J.GIB
+    assert P.peak_train(job) == update.total == 22 * 4_022_468_096 + (P.CUDA_CONTEXT + 1.5) * J.GIB
     assert update.total > _phase(job, "actor training step").total
     # with FusedAdam the backward is the peak again
     fused = P.with_train(job, adam_kernel="fused")
@@ -246,3 +247,18 @@ def test_logits_count_equals_the_h100_capture_of_slimes_log_prob_path():
         assert alive == pytest.approx(run["allocated_bytes_per_logit"], abs=0.07), case
         # the kept softmax chunks of training partly land in blocks the set-up left cached: up to 0.5 B less
         assert alive + cached == pytest.approx(run["reserved_bytes_per_logit"], abs=0.5), case
+
+
+def test_the_trainers_nccl_communicators_count_where_slime_opens_them():
+    # slime opens a group's communicator on its first collective, even on one GPU, and destroys its groups
+    # at every sleep: the log-prob pass opens the tensor-parallel group's (the vocab-parallel log-softmax),
+    # the step's end the data-parallel and model-parallel groups' (gradients and metrics, the grad norm).
+    # Each holds 0.50 GiB on an H100 (bench/results/process-overhead-h100-2026-12-07.json); the step's
+    # last rise in the two-step traces is exactly 1.00 GiB.
+    def communicators(phase: J.Phase) -> float:
+        return sum(i.bytes for i in phase.items if i.label.startswith("NCCL communicators"))
+
+    job = _job(adam_kernel="torch")
+    assert communicators(_phase(job, "log-prob pass")) == 0.5 * J.GIB
+    assert communicators(_phase(job, "actor training step")) == 1.5 * J.GIB
+    assert communicators(_phase(job, "actor training step: Adam update")) == 1.5 * J.GIB
