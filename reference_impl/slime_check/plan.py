@@ -73,7 +73,7 @@ from slime_check.plan_logits import logprob_chunk_rows as logprob_chunk_rows  # 
 CUDA_CONTEXT = 896 / 1024  # a working process's memory outside torch's allocator: context, loaded kernels,
 #                            cuBLAS workspaces (NVML per process: the trainer asleep 0.90, SGLang asleep 0.96)
 SGLANG_START_CONTEXT = 704 / 1024  # SGLang's own use when it sizes its KV pool (its log: 0.68 before the weights)
-NCCL_BUFFERS = 0.5  # a process's NCCL communicators when it talks to other GPUs
+NCCL_BUFFERS = 0.5  # more when it talks to other GPUs: peer buffers, further groups (not GPU-measured)
 NCCL_COMMUNICATOR = 0.5  # one communicator the trainer opens on a group's first collective (one GPU, NVML)
 LOGPROB_COMMUNICATORS = ("tensor-parallel",)  # open from the first log-prob pass on
 STEP_COMMUNICATORS = LOGPROB_COMMUNICATORS + ("data-parallel", "model-parallel")  # the step's end adds two
