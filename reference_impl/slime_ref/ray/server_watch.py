@@ -103,6 +103,8 @@ class ServerWatch:
                 continue
             code, _ = http_get(f"{url}/health_generate", self.timeout)
             if code != 200 and self._active.is_set():
+                # an engine that died while the check waited is named by how it ended, not by its silence
+                self._check_processes(always=True)
                 self._engine_failed(index, f"did not answer /health_generate within {self.timeout:g} s "
                                            f"(--rollout-health-check-timeout)")
         self._next_health_check = time.monotonic() + self.interval
