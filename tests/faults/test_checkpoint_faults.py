@@ -24,6 +24,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+# grpo_flags lives beside the end-to-end tests; this file also runs alone (pytest tests/faults)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slime_ref"))
+
 TESTS = Path(__file__).resolve().parent.parent
 JOBS = Path(__file__).resolve().parent / "_checkpoint_jobs.py"
 TRACKER = "latest_checkpointed_iteration.txt"
