@@ -201,7 +201,8 @@ def process_overhead(data: dict) -> str:
     return ("one process outside torch's allocator (NVML): context, cuBLAS and SDPA "
             f"{off['context_cublas_sdpa_gib']:.2f} GiB; each NCCL communicator of a one-GPU group "
             f"{max(off['each_further_communicator_gib']):.2f} GiB with slime's NCCL_CUMEM_ENABLE=0 "
-            f"({max(on['each_further_communicator_gib']):.2f} with cuMem), {off['processes']} processes, no spread; "
+            f"({max(on['each_further_communicator_gib']):.2f} with cuMem), {off['processes']} processes, "
+            f"spread {max(off['spread_gib'], on['spread_gib']):.2f}; "
             "plan counts 0.5 a group the trainer has opened")
 
 
