@@ -23,9 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-# grpo_flags lives beside the end-to-end tests; this file also runs alone (pytest tests/faults)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slime_ref"))
+from _harness import grpo_flags
 
 TESTS = Path(__file__).resolve().parent.parent
 JOBS = Path(__file__).resolve().parent / "_checkpoint_jobs.py"
@@ -282,7 +280,6 @@ DAMAGE_BEFORE_START = {
 @pytest.mark.parametrize("damage", sorted(DAMAGE_BEFORE_START))
 def test_damaged_load_is_refused_before_anything_starts(tiny, good, tmp_path, damage):
     """slime-ref train exits 2 with one line naming the file, before Ray or an engine starts."""
-    from test_train_e2e import grpo_flags
 
     breaks, expected = DAMAGE_BEFORE_START[damage]
     save = _copy(good[0], tmp_path / "save")
@@ -367,7 +364,6 @@ def _one_error_line(stderr: str) -> str:
 def test_train_stops_cleanly_when_the_disk_fills(tiny, good, tmpfs, tmp_path):
     """A disk with room for a checkpoint or two: the save after them fails. The run exits with one
     line naming --save and no traceback, stops every process it started, and then resumes."""
-    from test_train_e2e import grpo_flags
 
     disk = tmpfs(int(1.5 * good[1]))  # a one-rank checkpoint is a little smaller than the two-rank one
     save = disk.path / "save"
@@ -405,7 +401,6 @@ def test_train_stops_cleanly_when_the_disk_fills(tiny, good, tmpfs, tmp_path):
 def test_train_refuses_a_truncated_shard_after_starting_and_stops_everything(tiny, good, tmp_path):
     """A truncated shard passes the flag checks (they read no tensor index); the training actor
     refuses it: exit 2, one line naming the file, no traceback, nothing left running."""
-    from test_train_e2e import grpo_flags
 
     save = _copy(good[0], tmp_path / "save")
     _truncate(save / "iter_0000000" / "__1_0.distcp")
